@@ -1,0 +1,27 @@
+//! Multi-head self-attention that shows what each head does.
+//!
+//! - [`MultiHeadAttention`]: batched heads, grouped-query K/V, causal and padding masks,
+//!   per-head weights on request and a head mask for ablation.
+//! - [`reference`]: a per-head loop and an f64 implementation it is tested against.
+//!
+//! The crate names no backend: it takes tensors and a [`burn::tensor::Device`], and its tests
+//! run on each backend.
+
+pub mod error;
+pub mod mask;
+pub mod mha;
+pub mod reference;
+pub mod rope;
+
+#[cfg(test)]
+mod testing;
+#[cfg(test)]
+mod tests;
+
+pub use error::AttentionConfigError;
+pub use mask::{causal_mask, padding_mask};
+pub use mha::{
+    AttentionOptions, AttentionOutput, MASKED_SCORE, MultiHeadAttention, MultiHeadAttentionConfig,
+    Qkv,
+};
+pub use rope::apply_rope;

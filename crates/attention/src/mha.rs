@@ -1,0 +1,310 @@
+//! Multi-head self-attention, written to be looked inside.
+//!
+//! `x [b, t, d]` is projected to Q, K and V; d_model is split into `n_heads` heads of
+//! `d_k = d_model / n_heads` by a reshape (so one head or eight have the same parameter
+//! count); every head runs `softmax(Q K^T / sqrt(d_k)) V` in one batched matmul; the heads are
+//! concatenated back to `[b, t, d]` and mixed by the output projection W_O.
+//!
+//! Two hooks make heads observable: the post-softmax weights of every head can be returned,
+//! and a head mask scales each head's output before W_O (0 ablates a head; real values let
+//! gradient-based importance be taken with respect to the mask).
+
+use burn::config::Config;
+use burn::module::{Module, Param};
+use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
+use burn::tensor::activation::softmax;
+use burn::tensor::{Bool, Device, Tensor};
+
+use crate::error::AttentionConfigError;
+use crate::mask::causal_mask;
+
+/// Score given to masked positions before the softmax. Finite, so a row whose keys are all
+/// masked gives uniform weights instead of NaN; large enough that `exp` underflows to exactly 0.
+pub const MASKED_SCORE: f32 = -1.0e9;
+
+/// Configuration of [`MultiHeadAttention`].
+#[derive(Config, Debug)]
+pub struct MultiHeadAttentionConfig {
+    /// Width of the residual stream, split evenly across the heads.
+    pub d_model: usize,
+    /// Number of query heads; each gets `d_k = d_model / n_heads` dimensions.
+    pub n_heads: usize,
+    /// Number of key/value heads for grouped-query attention. `None` means `n_heads`
+    /// (plain multi-head attention); 1 is multi-query attention.
+    #[config(default = "None")]
+    pub n_kv_heads: Option<usize>,
+    /// Dropout on the attention weights and on the output, active only while training.
+    #[config(default = 0.0)]
+    pub dropout: f64,
+    /// Whether the Q, K, V and output projections have a bias.
+    #[config(default = true)]
+    pub bias: bool,
+    /// Whether position i may only attend to keys at positions <= i.
+    #[config(default = true)]
+    pub causal: bool,
+    /// Standard deviation of the normal initialisation of Q, K and V (GPT-2 uses 0.02).
+    #[config(default = 0.02)]
+    pub init_std: f64,
+    /// Standard deviation for W_O; `None` means `init_std`. GPT-2 scales it by
+    /// `1 / sqrt(2 * n_layers)` because each block adds to the residual stream twice.
+    #[config(default = "None")]
+    pub out_init_std: Option<f64>,
+}
+
+impl MultiHeadAttentionConfig {
+    /// Key/value heads actually used.
+    pub fn kv_heads(&self) -> usize {
+        self.n_kv_heads.unwrap_or(self.n_heads)
+    }
+
+    /// Checks that the sizes can work, naming the numbers and the fix when they cannot.
+    pub fn validate(&self) -> Result<(), AttentionConfigError> {
+        if self.d_model == 0 {
+            return Err(AttentionConfigError::Zero { field: "d_model" });
+        }
+        if self.n_heads == 0 {
+            return Err(AttentionConfigError::Zero { field: "n_heads" });
+        }
+        if self.kv_heads() == 0 {
+            return Err(AttentionConfigError::Zero {
+                field: "n_kv_heads",
+            });
+        }
+        if !self.d_model.is_multiple_of(self.n_heads) {
+            return Err(AttentionConfigError::HeadsDoNotDivide {
+                d_model: self.d_model,
+                n_heads: self.n_heads,
+                valid: divisors(self.d_model),
+            });
+        }
+        if !self.n_heads.is_multiple_of(self.kv_heads()) {
+            return Err(AttentionConfigError::KvHeadsDoNotDivide {
+                n_heads: self.n_heads,
+                n_kv_heads: self.kv_heads(),
+                valid: divisors(self.n_heads),
+            });
+        }
+        if !(0.0..1.0).contains(&self.dropout) {
+            return Err(AttentionConfigError::Dropout(self.dropout));
+        }
+        Ok(())
+    }
+
+    /// Builds the module on `device`, after [`validate`](Self::validate).
+    pub fn init(&self, device: &Device) -> Result<MultiHeadAttention, AttentionConfigError> {
+        self.validate()?;
+        let d_k = self.d_model / self.n_heads;
+        let d_kv = self.kv_heads() * d_k;
+        let linear = |d_out: usize, std: f64| {
+            let mut layer = LinearConfig::new(self.d_model, d_out)
+                .with_bias(self.bias)
+                .with_initializer(Initializer::Normal { mean: 0.0, std })
+                .init(device);
+            // GPT-2 starts every bias at zero.
+            layer.bias = layer
+                .bias
+                .map(|_| Param::from_tensor(Tensor::zeros([d_out], device)));
+            layer
+        };
+        Ok(MultiHeadAttention {
+            q_proj: linear(self.d_model, self.init_std),
+            k_proj: linear(d_kv, self.init_std),
+            v_proj: linear(d_kv, self.init_std),
+            o_proj: linear(self.d_model, self.out_init_std.unwrap_or(self.init_std)),
+            attn_dropout: DropoutConfig::new(self.dropout).init(),
+            resid_dropout: DropoutConfig::new(self.dropout).init(),
+            n_heads: self.n_heads,
+            n_kv_heads: self.kv_heads(),
+            d_k,
+            causal: self.causal,
+        })
+    }
+}
+
+/// The divisors of `n`, offered as valid choices in error messages.
+fn divisors(n: usize) -> Vec<usize> {
+    (1..=n).filter(|k| n.is_multiple_of(*k)).collect()
+}
+
+/// Multi-head self-attention with optional grouped-query K/V sharing.
+///
+/// Parameters are named as in the checkpoint files: `q_proj`, `k_proj`, `v_proj`, `o_proj`.
+/// Burn's [`Linear`] stores weights as `[d_in, d_out]`, so head `h` owns columns
+/// `h * d_k .. (h + 1) * d_k` of `q_proj.weight` and rows `h * d_k .. (h + 1) * d_k` of
+/// `o_proj.weight`.
+#[derive(Module, Debug)]
+pub struct MultiHeadAttention {
+    /// W_Q: `[d_model, n_heads * d_k]`.
+    pub q_proj: Linear,
+    /// W_K: `[d_model, n_kv_heads * d_k]`.
+    pub k_proj: Linear,
+    /// W_V: `[d_model, n_kv_heads * d_k]`.
+    pub v_proj: Linear,
+    /// W_O: `[n_heads * d_k, d_model]`.
+    pub o_proj: Linear,
+    /// Dropout on the attention weights.
+    pub attn_dropout: Dropout,
+    /// Dropout on the output.
+    pub resid_dropout: Dropout,
+    /// Number of query heads.
+    pub n_heads: usize,
+    /// Number of key/value heads.
+    pub n_kv_heads: usize,
+    /// Width of one head.
+    pub d_k: usize,
+    /// Whether queries may not look at later keys.
+    pub causal: bool,
+}
+
+/// Optional inputs of [`MultiHeadAttention::forward_with`].
+#[derive(Debug, Clone, Default)]
+pub struct AttentionOptions {
+    /// `[b, t_k]`, `true` where the key is padding and must get weight 0.
+    pub padding_mask: Option<Tensor<2, Bool>>,
+    /// `[n_heads]`, multiplies each head's output before W_O: 1 keeps, 0 ablates.
+    pub head_mask: Option<Tensor<1>>,
+    /// Return the attention weights `[b, n_heads, t_q, t_k]` (after softmax, before dropout).
+    pub return_weights: bool,
+}
+
+impl AttentionOptions {
+    /// Options that ask for the attention weights.
+    pub fn with_weights() -> Self {
+        Self {
+            return_weights: true,
+            ..Self::default()
+        }
+    }
+}
+
+/// Result of [`MultiHeadAttention::forward_with`].
+#[derive(Debug, Clone)]
+pub struct AttentionOutput {
+    /// `[b, t_q, d_model]`.
+    pub output: Tensor<3>,
+    /// `[b, n_heads, t_q, t_k]` when asked for.
+    pub weights: Option<Tensor<4>>,
+}
+
+/// Queries, keys and values split into heads.
+#[derive(Debug, Clone)]
+pub struct Qkv {
+    /// `[b, n_heads, t, d_k]`.
+    pub q: Tensor<4>,
+    /// `[b, n_kv_heads, t, d_k]`.
+    pub k: Tensor<4>,
+    /// `[b, n_kv_heads, t, d_k]`.
+    pub v: Tensor<4>,
+}
+
+impl MultiHeadAttention {
+    /// Width of the residual stream.
+    pub fn d_model(&self) -> usize {
+        self.n_heads * self.d_k
+    }
+
+    /// Self-attention with no hooks.
+    ///
+    /// # Shapes
+    /// `x [b, t, d_model] -> [b, t, d_model]`
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        self.forward_with(x, AttentionOptions::default()).output
+    }
+
+    /// Self-attention with a padding mask, a head mask and the weights on request.
+    ///
+    /// # Shapes
+    /// `x [b, t, d_model] -> output [b, t, d_model]`, `weights [b, n_heads, t, t]`
+    pub fn forward_with(&self, x: Tensor<3>, options: AttentionOptions) -> AttentionOutput {
+        let qkv = self.project(x);
+        self.attend(qkv.q, qkv.k, qkv.v, options)
+    }
+
+    /// Projects `x` to per-head queries, keys and values. Split from [`attend`](Self::attend) so
+    /// a caller can rotate Q and K (RoPE) or prepend cached keys in between.
+    ///
+    /// # Shapes
+    /// `x [b, t, d_model] -> q [b, n_heads, t, d_k]`, `k, v [b, n_kv_heads, t, d_k]`
+    pub fn project(&self, x: Tensor<3>) -> Qkv {
+        let [b, t, _] = x.dims();
+        let split = |y: Tensor<3>, heads: usize| {
+            // [b, t, h * d_k] -> [b, t, h, d_k] -> [b, h, t, d_k]
+            y.reshape([b, t, heads, self.d_k]).swap_dims(1, 2)
+        };
+        Qkv {
+            q: split(self.q_proj.forward(x.clone()), self.n_heads),
+            k: split(self.k_proj.forward(x.clone()), self.n_kv_heads),
+            v: split(self.v_proj.forward(x), self.n_kv_heads),
+        }
+    }
+
+    /// Scaled dot-product attention of every head at once, then concat and W_O.
+    ///
+    /// The queries are the last `t_q` positions of the `t_k` keys (a KV cache passes all keys
+    /// so far and only the new queries), so the causal mask lets query `i` see keys
+    /// `j <= i + t_k - t_q`.
+    ///
+    /// # Shapes
+    /// `q [b, n_heads, t_q, d_k]`, `k, v [b, n_kv_heads, t_k, d_k]`
+    /// `-> output [b, t_q, d_model]`, `weights [b, n_heads, t_q, t_k]`
+    pub fn attend(
+        &self,
+        q: Tensor<4>,
+        k: Tensor<4>,
+        v: Tensor<4>,
+        options: AttentionOptions,
+    ) -> AttentionOutput {
+        let [b, _, t_q, _] = q.dims();
+        let t_k = k.dims()[2];
+        let device = q.device();
+        let k = self.repeat_kv(k);
+        let v = self.repeat_kv(v);
+
+        // [b, h, t_q, d_k] x [b, h, d_k, t_k] -> [b, h, t_q, t_k]
+        let mut scores = q
+            .matmul(k.transpose())
+            .mul_scalar(1.0 / (self.d_k as f64).sqrt());
+        if self.causal {
+            let mask = causal_mask(t_q, t_k, &device);
+            scores = scores.mask_fill(mask.unsqueeze::<4>(), MASKED_SCORE);
+        }
+        if let Some(padding) = options.padding_mask {
+            // [b, t_k] -> [b, 1, 1, t_k]
+            let padding = padding.reshape([b, 1, 1, t_k]);
+            scores = scores.mask_fill(padding, MASKED_SCORE);
+        }
+        let weights = softmax(scores, 3);
+
+        // [b, h, t_q, t_k] x [b, h, t_k, d_k] -> [b, h, t_q, d_k]
+        let mut context = self.attn_dropout.forward(weights.clone()).matmul(v);
+        if let Some(head_mask) = options.head_mask {
+            // [h] -> [1, h, 1, 1]
+            context = context.mul(head_mask.reshape([1, self.n_heads, 1, 1]));
+        }
+        // [b, h, t_q, d_k] -> [b, t_q, h, d_k] -> [b, t_q, h * d_k]
+        let context = context.swap_dims(1, 2).reshape([b, t_q, self.d_model()]);
+        let output = self.resid_dropout.forward(self.o_proj.forward(context));
+
+        AttentionOutput {
+            output,
+            weights: options.return_weights.then_some(weights),
+        }
+    }
+
+    /// Shares each K/V head with its group of `n_heads / n_kv_heads` query heads:
+    /// query head `h` reads K/V head `h / group`.
+    ///
+    /// # Shapes
+    /// `[b, n_kv_heads, t, d_k] -> [b, n_heads, t, d_k]`
+    pub fn repeat_kv(&self, x: Tensor<4>) -> Tensor<4> {
+        let group = self.n_heads / self.n_kv_heads;
+        if group == 1 {
+            return x;
+        }
+        let [b, kv, t, d_k] = x.dims();
+        // [b, kv, t, d_k] -> [b, kv, 1, t, d_k] -> [b, kv, group, t, d_k] -> [b, h, t, d_k]
+        x.unsqueeze_dim::<5>(2)
+            .expand([b, kv, group, t, d_k])
+            .reshape([b, kv * group, t, d_k])
+    }
+}

@@ -1,0 +1,46 @@
+//! Rotary position embeddings (Su et al. 2021, RoFormer).
+//!
+//! Each pair of dimensions `(c, c + d_k/2)` of a query or key at position `p` is rotated by the
+//! angle `p * base^(-2c/d_k)` ("rotate half", as in GPT-NeoX and Llama). A rotation preserves
+//! dot products up to the difference of angles, so `q_i . k_j` depends on `i - j` only.
+//! Angles are computed in f64 on the host so long generations keep their precision.
+
+use burn::tensor::{Device, Tensor, TensorData};
+
+/// The RoFormer frequency base.
+pub const ROPE_BASE: f64 = 10_000.0;
+
+/// `cos` and `sin` of the rotation angles for positions `offset..offset + t`.
+///
+/// # Shapes
+/// `-> ([1, 1, t, d_k], [1, 1, t, d_k])`, each half of the last axis repeated.
+pub fn rope_tables(t: usize, d_k: usize, offset: usize, device: &Device) -> (Tensor<4>, Tensor<4>) {
+    let half = d_k / 2;
+    let mut cos = Vec::with_capacity(t * d_k);
+    let mut sin = Vec::with_capacity(t * d_k);
+    for p in offset..offset + t {
+        for c in 0..d_k {
+            let freq = ROPE_BASE.powf(-2.0 * (c % half) as f64 / d_k as f64);
+            let angle = p as f64 * freq;
+            cos.push(angle.cos() as f32);
+            sin.push(angle.sin() as f32);
+        }
+    }
+    let table = |v: Vec<f32>| Tensor::from_data(TensorData::new(v, [1, 1, t, d_k]), device);
+    (table(cos), table(sin))
+}
+
+/// Rotates queries or keys whose first position is `offset`.
+///
+/// # Shapes
+/// `x [b, h, t, d_k] -> [b, h, t, d_k]` (`d_k` even)
+pub fn apply_rope(x: Tensor<4>, offset: usize) -> Tensor<4> {
+    let [b, h, t, d_k] = x.dims();
+    let half = d_k / 2;
+    let (cos, sin) = rope_tables(t, d_k, offset, &x.device());
+    let x1 = x.clone().slice([0..b, 0..h, 0..t, 0..half]);
+    let x2 = x.clone().slice([0..b, 0..h, 0..t, half..d_k]);
+    // rotate_half(x) = [-x2, x1]
+    let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
+    x.mul(cos).add(rotated.mul(sin))
+}

@@ -1,0 +1,93 @@
+//! Test helpers: the backends every test runs on, and random data.
+
+use burn::module::Param;
+use burn::nn::Linear;
+use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// The CPU backends every test runs on.
+#[allow(deprecated)]
+pub fn cpu_devices() -> Vec<(&'static str, Device)> {
+    vec![("flex", Device::flex()), ("ndarray", Device::ndarray())]
+}
+
+/// A wgpu device if an adapter works here. Without one the test is skipped with a message,
+/// unless `HEADLAB_REQUIRE_WGPU=1`, which turns the skip into a failure (CI sets it).
+pub fn wgpu_device() -> Option<Device> {
+    let required = std::env::var("HEADLAB_REQUIRE_WGPU").is_ok_and(|v| v == "1");
+    let probe = |kind: DeviceKind| {
+        std::panic::catch_unwind(|| {
+            let device = Device::wgpu(kind);
+            let sum: f32 = Tensor::<1>::ones([4], &device).sum().into_scalar();
+            (sum == 4.0).then_some(device)
+        })
+        .ok()
+        .flatten()
+    };
+    let previous_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let found = probe(DeviceKind::DefaultDevice).or_else(|| probe(DeviceKind::Cpu));
+    std::panic::set_hook(previous_hook);
+    match found {
+        Some(device) => Some(device),
+        None if required => panic!(
+            "HEADLAB_REQUIRE_WGPU=1 but no wgpu adapter works: install a Vulkan driver \
+             (Debian: apt-get install mesa-vulkan-drivers)"
+        ),
+        None => {
+            eprintln!(
+                "skipped: no wgpu adapter (install mesa-vulkan-drivers for lavapipe, or set \
+                 HEADLAB_REQUIRE_WGPU=1 to make this a failure)"
+            );
+            None
+        }
+    }
+}
+
+/// Seeded standard-normal-ish values (uniform in [-1, 1) is enough for these checks).
+pub fn random_vec(rng: &mut StdRng, n: usize) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+/// A random tensor of the given shape.
+pub fn random_tensor<const D: usize>(
+    rng: &mut StdRng,
+    shape: [usize; D],
+    device: &Device,
+) -> Tensor<D> {
+    let n = shape.iter().product();
+    Tensor::from_data(TensorData::new(random_vec(rng, n), shape), device)
+}
+
+/// Replaces every weight and bias of `linear` with random values of scale `scale`.
+pub fn randomize_linear(linear: &mut Linear, rng: &mut StdRng, scale: f32, device: &Device) {
+    let [d_in, d_out] = linear.weight.val().dims();
+    linear.weight = Param::from_tensor(random_tensor(rng, [d_in, d_out], device).mul_scalar(scale));
+    if linear.bias.is_some() {
+        linear.bias = Some(Param::from_tensor(
+            random_tensor(rng, [d_out], device).mul_scalar(scale),
+        ));
+    }
+}
+
+/// A seeded RNG.
+pub fn rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(seed)
+}
+
+/// Reads a tensor as f32.
+pub fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data()
+        .try_into_vec_as::<f32>()
+        .expect("float tensor")
+}
+
+/// Largest absolute difference between two slices of equal length.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}

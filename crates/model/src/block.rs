@@ -1,0 +1,182 @@
+//! One transformer block: attention and MLP, each with a residual connection and LayerNorm.
+
+use burn::module::{Module, Param};
+use burn::nn::{
+    Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
+};
+use burn::tensor::{Device, Tensor, activation::gelu};
+use headlab_attention::{AttentionOptions, MultiHeadAttention, apply_rope};
+
+use crate::config::{GptConfig, Norm};
+
+/// A linear layer with GPT-2's initialisation: normal weights, zero bias.
+pub(crate) fn gpt2_linear(
+    d_in: usize,
+    d_out: usize,
+    bias: bool,
+    std: f64,
+    device: &Device,
+) -> Linear {
+    let mut layer = LinearConfig::new(d_in, d_out)
+        .with_bias(bias)
+        .with_initializer(Initializer::Normal { mean: 0.0, std })
+        .init(device);
+    layer.bias = layer
+        .bias
+        .map(|_| Param::from_tensor(Tensor::zeros([d_out], device)));
+    layer
+}
+
+/// The position-wise feed-forward network `c_proj(gelu(c_fc(x)))`.
+#[derive(Module, Debug)]
+pub struct Mlp {
+    /// `[d_model, d_ff]`.
+    pub c_fc: Linear,
+    /// `[d_ff, d_model]`, initialised with the residual scale.
+    pub c_proj: Linear,
+    /// Dropout on the output.
+    pub dropout: Dropout,
+}
+
+impl Mlp {
+    fn new(config: &GptConfig, device: &Device) -> Self {
+        let (d, ff) = (config.d_model, config.mlp_width());
+        Self {
+            c_fc: gpt2_linear(d, ff, config.bias, 0.02, device),
+            c_proj: gpt2_linear(ff, d, config.bias, config.residual_init_std(), device),
+            dropout: DropoutConfig::new(config.dropout).init(),
+        }
+    }
+
+    /// # Shapes
+    /// `[b, t, d_model] -> [b, t, d_model]`
+    pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
+        self.dropout
+            .forward(self.c_proj.forward(gelu(self.c_fc.forward(x))))
+    }
+}
+
+/// Keys and values of one layer for the positions seen so far, before grouped-query
+/// repetition (so a GQA model caches `n_kv_heads`, not `n_heads`).
+#[derive(Debug, Clone)]
+pub struct LayerCache {
+    /// `[b, n_kv_heads, t_cached, d_k]`, already rotated when the model uses RoPE.
+    pub k: Tensor<4>,
+    /// `[b, n_kv_heads, t_cached, d_k]`.
+    pub v: Tensor<4>,
+}
+
+/// What a block's attention is asked to do besides its forward pass.
+#[derive(Debug, Clone, Default)]
+pub struct BlockOptions {
+    /// `[n_heads]` scale of each head's output (1 keeps, 0 ablates).
+    pub head_mask: Option<Tensor<1>>,
+    /// Return the attention weights `[b, n_heads, t_q, t_k]`.
+    pub return_weights: bool,
+}
+
+/// Attention then MLP, pre- or post-LayerNorm.
+#[derive(Module, Debug)]
+pub struct Block {
+    /// LayerNorm around the attention sublayer.
+    pub ln_1: LayerNorm,
+    /// Multi-head self-attention.
+    pub attn: MultiHeadAttention,
+    /// LayerNorm around the MLP; absent in attention-only models.
+    pub ln_2: Option<LayerNorm>,
+    /// The MLP; absent in attention-only models.
+    pub mlp: Option<Mlp>,
+    /// Pre- or post-norm.
+    #[module(skip)]
+    pub norm: Norm,
+    /// Whether Q and K are rotated by position.
+    #[module(skip)]
+    pub rope: bool,
+}
+
+impl Block {
+    pub(crate) fn new(config: &GptConfig, device: &Device) -> Self {
+        let ln = || {
+            LayerNormConfig::new(config.d_model)
+                .with_bias(config.bias)
+                .init(device)
+        };
+        Self {
+            ln_1: ln(),
+            attn: config
+                .attention()
+                .init(device)
+                .expect("validated with the model config"),
+            ln_2: (!config.attn_only).then(ln),
+            mlp: (!config.attn_only).then(|| Mlp::new(config, device)),
+            norm: config.norm,
+            rope: config.positional == crate::Positional::Rope,
+        }
+    }
+
+    /// Runs the block on new positions `offset..offset + t`. With a cache, the new keys and
+    /// values are appended to it and the queries attend to everything cached.
+    ///
+    /// # Shapes
+    /// `x [b, t, d_model] -> ([b, t, d_model], weights [b, n_heads, t, t_cached + t])`
+    pub fn forward(
+        &self,
+        x: Tensor<3>,
+        offset: usize,
+        cache: Option<&mut Option<LayerCache>>,
+        options: BlockOptions,
+    ) -> (Tensor<3>, Option<Tensor<4>>) {
+        let pre = self.norm == Norm::Pre;
+        let h = if pre {
+            self.ln_1.forward(x.clone())
+        } else {
+            x.clone()
+        };
+        let mut qkv = self.attn.project(h);
+        if self.rope {
+            qkv.q = apply_rope(qkv.q, offset);
+            qkv.k = apply_rope(qkv.k, offset);
+        }
+        let (k, v) = match cache {
+            Some(slot) => {
+                let (k, v) = match slot.take() {
+                    // [b, kv, t_cached, d_k] ++ [b, kv, t, d_k] along positions
+                    Some(c) => (
+                        Tensor::cat(vec![c.k, qkv.k], 2),
+                        Tensor::cat(vec![c.v, qkv.v], 2),
+                    ),
+                    None => (qkv.k, qkv.v),
+                };
+                *slot = Some(LayerCache {
+                    k: k.clone(),
+                    v: v.clone(),
+                });
+                (k, v)
+            }
+            None => (qkv.k, qkv.v),
+        };
+        let attn = self.attn.attend(
+            qkv.q,
+            k,
+            v,
+            AttentionOptions {
+                padding_mask: None,
+                head_mask: options.head_mask,
+                return_weights: options.return_weights,
+            },
+        );
+        let mut x = if pre {
+            x + attn.output
+        } else {
+            self.ln_1.forward(x + attn.output)
+        };
+        if let (Some(ln_2), Some(mlp)) = (&self.ln_2, &self.mlp) {
+            x = if pre {
+                x.clone() + mlp.forward(ln_2.forward(x))
+            } else {
+                ln_2.forward(x.clone() + mlp.forward(x))
+            };
+        }
+        (x, attn.weights)
+    }
+}

@@ -1,0 +1,230 @@
+//! Autoregressive generation with a KV cache, and the sampling rules.
+
+use burn::tensor::{Int, Tensor, TensorData};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use thiserror::Error;
+
+use crate::gpt::{Gpt, KvCache};
+
+/// How the next token is drawn from the logits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sampling {
+    /// Divides the logits; 0 picks the most likely token (greedy).
+    pub temperature: f32,
+    /// Keep only the `k` most likely tokens.
+    pub top_k: Option<usize>,
+    /// Keep the smallest set of most likely tokens whose probability reaches `p` (nucleus).
+    pub top_p: Option<f32>,
+    /// Seed of the sampling RNG: same seed, same text.
+    pub seed: u64,
+}
+
+impl Default for Sampling {
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+            seed: 1337,
+        }
+    }
+}
+
+/// Generation that cannot start.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum GenerateError {
+    /// Nothing to condition on.
+    #[error("the prompt is empty: give at least one token (e.g. a newline)")]
+    EmptyPrompt,
+    /// A token id outside the vocabulary.
+    #[error("prompt token {token} is outside the vocabulary of {vocab_size} tokens")]
+    TokenOutOfVocab {
+        /// The token.
+        token: u32,
+        /// Vocabulary size.
+        vocab_size: usize,
+    },
+    /// Negative or non-finite temperature.
+    #[error("temperature must be >= 0 (0 = greedy), got {0}")]
+    Temperature(f32),
+    /// top_k of zero.
+    #[error("top_k must be at least 1 (1 = greedy), got 0")]
+    TopK,
+    /// top_p outside (0, 1].
+    #[error("top_p must be in (0, 1], got {0}")]
+    TopP(f32),
+}
+
+impl Sampling {
+    /// Rejects settings that have no meaning.
+    pub fn validate(&self) -> Result<(), GenerateError> {
+        if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
+            return Err(GenerateError::Temperature(self.temperature));
+        }
+        if self.top_k == Some(0) {
+            return Err(GenerateError::TopK);
+        }
+        if let Some(p) = self.top_p
+            && !(p > 0.0 && p <= 1.0)
+        {
+            return Err(GenerateError::TopP(p));
+        }
+        Ok(())
+    }
+
+    /// The probabilities the next token is drawn from, after temperature, top-k and top-p.
+    /// Greedy (temperature 0) puts all mass on the first largest logit.
+    pub fn distribution(&self, logits: &[f32]) -> Vec<f64> {
+        let argmax = logits
+            .iter()
+            .enumerate()
+            .fold(0, |best, (i, &l)| if l > logits[best] { i } else { best });
+        if self.temperature == 0.0 {
+            let mut p = vec![0.0; logits.len()];
+            p[argmax] = 1.0;
+            return p;
+        }
+        let max = logits[argmax] as f64;
+        let mut p: Vec<f64> = logits
+            .iter()
+            .map(|&l| ((l as f64 - max) / self.temperature as f64).exp())
+            .collect();
+        // Most likely first; ties keep vocabulary order so results are reproducible.
+        let mut order: Vec<usize> = (0..p.len()).collect();
+        order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+        let mut keep = self.top_k.unwrap_or(p.len()).min(p.len());
+        if let Some(top_p) = self.top_p {
+            let total: f64 = p.iter().sum();
+            let mut mass = 0.0;
+            for (n, &i) in order.iter().enumerate().take(keep) {
+                mass += p[i] / total;
+                if mass >= top_p as f64 - 1e-12 {
+                    keep = n + 1;
+                    break;
+                }
+            }
+        }
+        for &i in &order[keep..] {
+            p[i] = 0.0;
+        }
+        let total: f64 = p.iter().sum();
+        p.iter_mut().for_each(|x| *x /= total);
+        p
+    }
+
+    /// Draws one token from `logits` with `rng`.
+    pub fn sample(&self, logits: &[f32], rng: &mut StdRng) -> u32 {
+        let p = self.distribution(logits);
+        let u: f64 = rng.random();
+        let mut acc = 0.0;
+        for (i, &pi) in p.iter().enumerate() {
+            acc += pi;
+            if u < acc {
+                return i as u32;
+            }
+        }
+        // Rounding left u above the last partial sum: take the last token with mass.
+        p.iter().rposition(|&x| x > 0.0).unwrap_or(0) as u32
+    }
+}
+
+/// Decodes one sequence token by token with a KV cache.
+///
+/// The model sees at most `block_size` tokens: a longer prompt is cropped from the left, and
+/// once the window is full it slides by one token per step. A sliding window invalidates the
+/// cache for every positional scheme: learned and sinusoidal positions all shift, and even
+/// with RoPE the deeper layers' cached keys were computed while the dropped token was still
+/// visible. So the cache is rebuilt from the new window, which keeps the logits exactly those
+/// of a full forward over it (as nanoGPT computes them without a cache).
+#[derive(Debug)]
+pub struct Decoder<'a> {
+    model: &'a Gpt,
+    cache: KvCache,
+    window: Vec<u32>,
+    logits: Vec<f32>,
+}
+
+impl<'a> Decoder<'a> {
+    /// Runs the prompt through the model.
+    pub fn new(model: &'a Gpt, prompt: &[u32]) -> Result<Self, GenerateError> {
+        let vocab_size = model.config.vocab_size;
+        if prompt.is_empty() {
+            return Err(GenerateError::EmptyPrompt);
+        }
+        if let Some(&token) = prompt.iter().find(|&&t| t as usize >= vocab_size) {
+            return Err(GenerateError::TokenOutOfVocab { token, vocab_size });
+        }
+        let start = prompt.len().saturating_sub(model.config.block_size);
+        let mut decoder = Self {
+            model,
+            cache: KvCache::new(model.blocks.len()),
+            window: Vec::new(),
+            logits: Vec::new(),
+        };
+        decoder.feed(&prompt[start..]);
+        Ok(decoder)
+    }
+
+    fn feed(&mut self, tokens: &[u32]) {
+        let device = self.model.wte.weight.val().device();
+        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
+        let input = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, tokens.len()]), &device);
+        let logits = self.model.forward_cached(input, &mut self.cache);
+        let [_, t, v] = logits.dims();
+        // [1, t, v] -> last position [v]
+        let last = logits.slice([0..1, t - 1..t, 0..v]).reshape([v]);
+        self.logits = last
+            .into_data()
+            .try_into_vec_as::<f32>()
+            .expect("float logits");
+        self.window.extend_from_slice(tokens);
+    }
+
+    /// Logits for the token after the current window.
+    pub fn logits(&self) -> &[f32] {
+        &self.logits
+    }
+
+    /// The tokens the model currently sees.
+    pub fn window(&self) -> &[u32] {
+        &self.window
+    }
+
+    /// Appends `token`, sliding the window when it is full.
+    pub fn push(&mut self, token: u32) {
+        if self.window.len() < self.model.config.block_size {
+            return self.feed(&[token]);
+        }
+        let mut tokens = std::mem::take(&mut self.window);
+        tokens.remove(0);
+        tokens.push(token);
+        self.cache = KvCache::new(self.model.blocks.len());
+        self.feed(&tokens);
+    }
+}
+
+impl Gpt {
+    /// Generates `max_new_tokens` after `prompt`, calling `on_token` as each one is drawn.
+    pub fn generate(
+        &self,
+        prompt: &[u32],
+        max_new_tokens: usize,
+        sampling: &Sampling,
+        mut on_token: impl FnMut(u32),
+    ) -> Result<Vec<u32>, GenerateError> {
+        sampling.validate()?;
+        let mut rng = StdRng::seed_from_u64(sampling.seed);
+        let mut decoder = Decoder::new(self, prompt)?;
+        let mut out = Vec::with_capacity(max_new_tokens);
+        for i in 0..max_new_tokens {
+            let token = sampling.sample(decoder.logits(), &mut rng);
+            on_token(token);
+            out.push(token);
+            if i + 1 < max_new_tokens {
+                decoder.push(token);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,235 @@
+//! The GPT-style decoder: embeddings, a stack of blocks, final LayerNorm and LM head.
+
+use burn::module::Module;
+use burn::nn::{Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear};
+use burn::tensor::activation::log_softmax;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+
+use crate::block::{Block, BlockOptions, LayerCache, gpt2_linear};
+use crate::config::{GptConfig, GptConfigError, Norm, Positional};
+
+/// A decoder-only transformer in the nanoGPT mould.
+///
+/// Parameter names follow GPT-2: `wte`, `wpe`, `blocks.{i}.ln_1`, `blocks.{i}.attn.q_proj`,
+/// `blocks.{i}.mlp.c_fc`, `ln_f`, `lm_head`.
+#[derive(Module, Debug)]
+pub struct Gpt {
+    /// Token embedding `[vocab_size, d_model]`; also the LM head when tied.
+    pub wte: Embedding,
+    /// Learned position embedding `[block_size, d_model]`, when `positional = learned`.
+    pub wpe: Option<Embedding>,
+    /// The transformer blocks.
+    pub blocks: Vec<Block>,
+    /// Final LayerNorm (pre-norm models only; post-norm blocks end in one).
+    pub ln_f: Option<LayerNorm>,
+    /// Untied LM head `[d_model, vocab_size]`.
+    pub lm_head: Option<Linear>,
+    /// The configuration the model was built from.
+    #[module(skip)]
+    pub config: GptConfig,
+}
+
+/// What [`Gpt::forward_with`] should capture or ablate.
+#[derive(Debug, Clone, Default)]
+pub struct ForwardOptions {
+    /// `[n_layers, n_heads]` scale of every head's output (1 keeps, 0 ablates).
+    pub head_mask: Option<Tensor<2>>,
+    /// Return every layer's attention weights.
+    pub return_weights: bool,
+}
+
+/// Logits and, when asked for, attention weights.
+#[derive(Debug, Clone)]
+pub struct GptOutput {
+    /// `[b, t, vocab_size]`.
+    pub logits: Tensor<3>,
+    /// One `[b, n_heads, t, t]` per layer, when asked for.
+    pub weights: Vec<Tensor<4>>,
+}
+
+/// Keys and values of every layer for the positions decoded so far.
+#[derive(Debug, Clone, Default)]
+pub struct KvCache {
+    /// One slot per layer.
+    pub layers: Vec<Option<LayerCache>>,
+    /// Number of positions cached; the next token's position.
+    pub len: usize,
+}
+
+impl KvCache {
+    /// An empty cache for `n_layers` layers.
+    pub fn new(n_layers: usize) -> Self {
+        Self {
+            layers: vec![None; n_layers],
+            len: 0,
+        }
+    }
+}
+
+/// Fixed sinusoidal encodings of "Attention Is All You Need" for positions
+/// `offset..offset + t`, computed in f64.
+///
+/// # Shapes
+/// `-> [1, t, d_model]`
+pub fn sinusoidal_encoding(t: usize, d_model: usize, offset: usize, device: &Device) -> Tensor<3> {
+    let mut data = Vec::with_capacity(t * d_model);
+    for p in offset..offset + t {
+        for i in 0..d_model {
+            let angle = p as f64 / 10_000f64.powf((i - i % 2) as f64 / d_model as f64);
+            data.push(if i % 2 == 0 { angle.sin() } else { angle.cos() } as f32);
+        }
+    }
+    Tensor::from_data(TensorData::new(data, [1, t, d_model]), device)
+}
+
+impl Gpt {
+    /// Builds a model with GPT-2's initialisation after validating `config`.
+    pub fn new(config: &GptConfig, device: &Device) -> Result<Self, GptConfigError> {
+        config.validate()?;
+        let embedding = |n: usize| {
+            EmbeddingConfig::new(n, config.d_model)
+                .with_initializer(Initializer::Normal {
+                    mean: 0.0,
+                    std: 0.02,
+                })
+                .init(device)
+        };
+        Ok(Self {
+            wte: embedding(config.vocab_size),
+            wpe: (config.positional == Positional::Learned).then(|| embedding(config.block_size)),
+            blocks: (0..config.n_layers)
+                .map(|_| Block::new(config, device))
+                .collect(),
+            ln_f: (config.norm == Norm::Pre).then(|| {
+                LayerNormConfig::new(config.d_model)
+                    .with_bias(config.bias)
+                    .init(device)
+            }),
+            lm_head: (!config.tie_embeddings)
+                .then(|| gpt2_linear(config.d_model, config.vocab_size, false, 0.02, device)),
+            config: config.clone(),
+        })
+    }
+
+    /// Token and position embeddings for positions `offset..offset + t`.
+    ///
+    /// # Shapes
+    /// `tokens [b, t] -> [b, t, d_model]`
+    fn embed(&self, tokens: Tensor<2, Int>, offset: usize) -> Tensor<3> {
+        let [_, t] = tokens.dims();
+        let device = tokens.device();
+        let x = self.wte.forward(tokens);
+        match (&self.wpe, self.config.positional) {
+            (Some(wpe), _) => {
+                let positions =
+                    Tensor::<1, Int>::arange(offset as i64..(offset + t) as i64, &device);
+                // [t] -> [1, t] -> [1, t, d]
+                x + wpe.forward(positions.unsqueeze::<2>())
+            }
+            (None, Positional::Sinusoidal) => {
+                x + sinusoidal_encoding(t, self.config.d_model, offset, &device)
+            }
+            _ => x,
+        }
+    }
+
+    /// Final LayerNorm and LM head.
+    ///
+    /// # Shapes
+    /// `[b, t, d_model] -> [b, t, vocab_size]`
+    fn head(&self, x: Tensor<3>) -> Tensor<3> {
+        let x = match &self.ln_f {
+            Some(ln) => ln.forward(x),
+            None => x,
+        };
+        match &self.lm_head {
+            Some(head) => head.forward(x),
+            // Tied: logits = x W_te^T. [b, t, d] x [1, d, v] -> [b, t, v]
+            None => x.matmul(self.wte.weight.val().transpose().unsqueeze::<3>()),
+        }
+    }
+
+    /// # Shapes
+    /// `tokens [b, t] -> logits [b, t, vocab_size]` (`t <= block_size`)
+    pub fn forward(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        self.forward_with(tokens, ForwardOptions::default()).logits
+    }
+
+    /// Forward pass with a head mask and every layer's attention weights on request.
+    ///
+    /// # Shapes
+    /// `tokens [b, t]`, `head_mask [n_layers, n_heads]`
+    /// `-> logits [b, t, vocab_size]`, `weights n_layers x [b, n_heads, t, t]`
+    pub fn forward_with(&self, tokens: Tensor<2, Int>, options: ForwardOptions) -> GptOutput {
+        let mut x = self.embed(tokens, 0);
+        let mut weights = Vec::new();
+        for (layer, block) in self.blocks.iter().enumerate() {
+            let head_mask = options.head_mask.as_ref().map(|m| {
+                let n_heads = m.dims()[1];
+                // [n_layers, n_heads] -> [1, n_heads] -> [n_heads]
+                m.clone()
+                    .slice([layer..layer + 1, 0..n_heads])
+                    .reshape([n_heads])
+            });
+            let block_options = BlockOptions {
+                head_mask,
+                return_weights: options.return_weights,
+            };
+            let (y, w) = block.forward(x, 0, None, block_options);
+            x = y;
+            weights.extend(w);
+        }
+        GptOutput {
+            logits: self.head(x),
+            weights,
+        }
+    }
+
+    /// Runs new tokens through the model, reusing and extending `cache`. Their positions
+    /// continue from `cache.len`.
+    ///
+    /// # Shapes
+    /// `tokens [b, t_new] -> logits [b, t_new, vocab_size]`
+    pub fn forward_cached(&self, tokens: Tensor<2, Int>, cache: &mut KvCache) -> Tensor<3> {
+        if cache.layers.len() != self.blocks.len() {
+            *cache = KvCache::new(self.blocks.len());
+        }
+        let t = tokens.dims()[1];
+        let offset = cache.len;
+        let mut x = self.embed(tokens, offset);
+        for (block, slot) in self.blocks.iter().zip(cache.layers.iter_mut()) {
+            x = block
+                .forward(x, offset, Some(slot), BlockOptions::default())
+                .0;
+        }
+        cache.len += t;
+        self.head(x)
+    }
+}
+
+/// Mean cross-entropy of `logits` against `targets`, skipping targets equal to
+/// `ignore_index`.
+///
+/// # Shapes
+/// `logits [b, t, v]`, `targets [b, t] -> [1]`
+pub fn cross_entropy(
+    logits: Tensor<3>,
+    targets: Tensor<2, Int>,
+    ignore_index: Option<i64>,
+) -> Tensor<1> {
+    let [b, t, v] = logits.dims();
+    // [b, t, v] -> [b * t, v]
+    let log_probs = log_softmax(logits.reshape([b * t, v]), 1);
+    let targets = targets.reshape([b * t, 1]);
+    match ignore_index {
+        None => log_probs.gather(1, targets).mean().neg(),
+        Some(ignore) => {
+            let keep = targets.clone().not_equal_elem(ignore);
+            // Gather needs a valid index everywhere; ignored rows read class 0 and are zeroed.
+            let safe = targets.mask_fill(keep.clone().bool_not(), 0);
+            let keep = keep.float();
+            let picked = log_probs.gather(1, safe).mul(keep.clone());
+            picked.sum().neg().div(keep.sum().clamp_min(1.0))
+        }
+    }
+}

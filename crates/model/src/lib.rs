@@ -1,0 +1,26 @@
+//! A small GPT-style decoder built on `headlab-attention`.
+//!
+//! - [`GptConfig`]: sizes, positional encoding, norm placement, tying, attention-only.
+//! - [`Gpt`]: `tokens [b, t] -> logits [b, t, vocab]`, with per-layer attention weights and a
+//!   head mask on request ([`Gpt::forward_with`]) and a KV cache ([`Gpt::forward_cached`]).
+//! - [`Sampling`], [`Decoder`], [`Gpt::generate`]: cached generation with temperature,
+//!   top-k and top-p.
+//! - [`Gpt::save_weights`] / [`Gpt::load_weights`]: burnpack or safetensors.
+//!
+//! Like the attention crate it names no backend.
+
+pub mod block;
+pub mod config;
+pub mod generate;
+pub mod gpt;
+pub mod io;
+
+#[cfg(test)]
+mod tests;
+
+pub use block::{Block, BlockOptions, LayerCache, Mlp};
+pub use config::{GptConfig, GptConfigError, Norm, Positional};
+pub use generate::{Decoder, GenerateError, Sampling};
+pub use gpt::{ForwardOptions, Gpt, GptOutput, KvCache, cross_entropy, sinusoidal_encoding};
+pub use headlab_attention as attention;
+pub use io::{WeightsError, WeightsFormat};

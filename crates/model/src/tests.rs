@@ -1,0 +1,535 @@
+//! Tests of the decoder against independent references, on every CPU backend and on wgpu.
+
+use burn::module::Module;
+use burn::tensor::{Device, DeviceKind, Int, Tensor, TensorData};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::*;
+
+#[allow(deprecated)]
+fn cpu_devices() -> Vec<(&'static str, Device)> {
+    vec![("flex", Device::flex()), ("ndarray", Device::ndarray())]
+}
+
+/// A working wgpu device, or `None` with a "skipped" line unless `HEADLAB_REQUIRE_WGPU=1`.
+fn wgpu_device() -> Option<Device> {
+    let required = std::env::var("HEADLAB_REQUIRE_WGPU").is_ok_and(|v| v == "1");
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let probe = |kind: DeviceKind| {
+        std::panic::catch_unwind(|| {
+            let device = Device::wgpu(kind);
+            let sum: f32 = Tensor::<1>::ones([4], &device).sum().into_scalar();
+            (sum == 4.0).then_some(device)
+        })
+        .ok()
+        .flatten()
+    };
+    let found = probe(DeviceKind::DefaultDevice).or_else(|| probe(DeviceKind::Cpu));
+    std::panic::set_hook(previous);
+    if found.is_none() {
+        assert!(
+            !required,
+            "HEADLAB_REQUIRE_WGPU=1 but no wgpu adapter works: install mesa-vulkan-drivers"
+        );
+        eprintln!("skipped: no wgpu adapter (apt-get install mesa-vulkan-drivers gives lavapipe)");
+    }
+    found
+}
+
+fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().try_into_vec_as::<f32>().unwrap()
+}
+
+fn tokens(ids: &[u32], device: &Device) -> Tensor<2, Int> {
+    let ids: Vec<i64> = ids.iter().map(|&t| t as i64).collect();
+    Tensor::from_data(TensorData::new(ids.clone(), [1, ids.len()]), device)
+}
+
+fn random_ids(rng: &mut StdRng, n: usize, vocab: usize) -> Vec<u32> {
+    (0..n).map(|_| rng.random_range(0..vocab as u32)).collect()
+}
+
+fn small(positional: Positional) -> GptConfig {
+    GptConfig::new(23)
+        .with_block_size(8)
+        .with_d_model(16)
+        .with_n_layers(2)
+        .with_n_heads(4)
+        .with_positional(positional)
+}
+
+/// Raises weights from GPT-2's 0.02 to O(1) so the checks see real differences.
+fn scaled(model: Gpt) -> Gpt {
+    struct Scale;
+    impl burn::module::ModuleMapper for Scale {
+        fn map_float<const D: usize>(
+            &mut self,
+            param: burn::module::Param<Tensor<D>>,
+        ) -> burn::module::Param<Tensor<D>> {
+            param.map(|t| t.mul_scalar(10.0))
+        }
+    }
+    model.map(&mut Scale)
+}
+
+const POSITIONALS: [Positional; 3] = [
+    Positional::Learned,
+    Positional::Sinusoidal,
+    Positional::Rope,
+];
+
+#[test]
+fn logits_at_or_before_t_ignore_later_tokens() {
+    for (name, device) in cpu_devices() {
+        for positional in POSITIONALS {
+            for norm in [Norm::Pre, Norm::Post] {
+                let model = scaled(Gpt::new(&small(positional).with_norm(norm), &device).unwrap());
+                let mut rng = StdRng::seed_from_u64(1);
+                let ids = random_ids(&mut rng, 8, 23);
+                let base = values(model.forward(tokens(&ids, &device)));
+                for t in 0..7 {
+                    let mut changed = ids.clone();
+                    changed[t + 1] = (changed[t + 1] + 1) % 23;
+                    let out = values(model.forward(tokens(&changed, &device)));
+                    let upto = (t + 1) * 23;
+                    assert_eq!(
+                        &out[..upto],
+                        &base[..upto],
+                        "{name} {positional:?} {norm:?}: future leaked into position {t}"
+                    );
+                    assert_ne!(
+                        &out[upto..upto + 23],
+                        &base[upto..upto + 23],
+                        "{name}: the edited position did not change"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn cached_decoding_matches_a_full_forward_at_every_step() {
+    for (name, device) in cpu_devices() {
+        for positional in POSITIONALS {
+            for n_kv_heads in [None, Some(2), Some(1)] {
+                let config = small(positional).with_n_kv_heads(n_kv_heads);
+                let model = scaled(Gpt::new(&config, &device).unwrap());
+                let mut rng = StdRng::seed_from_u64(2);
+                let prompt = random_ids(&mut rng, 3, 23);
+                let mut decoder = Decoder::new(&model, &prompt).unwrap();
+                // 3 + 14 tokens: the window slides past block_size = 8 for 9 steps.
+                for step in 0..15 {
+                    let window = decoder.window().to_vec();
+                    assert!(window.len() <= 8);
+                    let full = values(model.forward(tokens(&window, &device)));
+                    let last = &full[(window.len() - 1) * 23..];
+                    for (a, b) in decoder.logits().iter().zip(last) {
+                        let tol = 1e-4 * b.abs().max(1.0);
+                        assert!(
+                            (a - b).abs() < tol,
+                            "{name} {positional:?} kv={n_kv_heads:?} step {step}: cached {a} vs full {b}"
+                        );
+                    }
+                    decoder.push(rng.random_range(0..23));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rope_scores_depend_only_on_relative_position() {
+    let device = &cpu_devices()[0].1;
+    let mut rng = StdRng::seed_from_u64(3);
+    let d_k = 8;
+    let q: Vec<f32> = (0..d_k).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let k: Vec<f32> = (0..d_k).map(|_| rng.random_range(-1.0..1.0)).collect();
+    let at = |v: &[f32], pos: usize| {
+        let x = Tensor::<4>::from_data(TensorData::new(v.to_vec(), [1, 1, 1, d_k]), device);
+        values(attention::apply_rope(x, pos))
+    };
+    let dot = |a: Vec<f32>, b: Vec<f32>| a.iter().zip(&b).map(|(x, y)| x * y).sum::<f32>();
+    let base = dot(at(&q, 7), at(&k, 3));
+    for shift in [1, 5, 40, 1000] {
+        let shifted = dot(at(&q, 7 + shift), at(&k, 3 + shift));
+        assert!(
+            (base - shifted).abs() < 1e-4,
+            "shift {shift}: {base} vs {shifted}"
+        );
+    }
+    // And it does depend on the distance.
+    assert!((base - dot(at(&q, 8), at(&k, 3))).abs() > 1e-3);
+    // Rotation keeps norms.
+    let norm = |v: Vec<f32>| v.iter().map(|x| x * x).sum::<f32>();
+    assert!((norm(at(&q, 123)) - norm(q.clone())).abs() < 1e-4);
+}
+
+#[test]
+fn parameter_count_matches_the_formula() {
+    let device = &cpu_devices()[0].1;
+    let configs = [
+        small(Positional::Learned),
+        small(Positional::Learned).with_tie_embeddings(false),
+        small(Positional::Rope).with_attn_only(true),
+        small(Positional::Sinusoidal)
+            .with_norm(Norm::Post)
+            .with_bias(false),
+        small(Positional::Learned)
+            .with_n_kv_heads(Some(2))
+            .with_d_ff(Some(24)),
+        GptConfig::new(65), // nanoGPT's CPU recipe sizes
+    ];
+    for config in configs {
+        let model = Gpt::new(&config, device).unwrap();
+        let total = model.num_params();
+        assert_eq!(total, config.param_count(true), "{config:?}");
+        let tables = model.wte.num_params() + model.wpe.as_ref().map_or(0, |e| e.num_params());
+        assert_eq!(total - tables, config.param_count(false), "{config:?}");
+    }
+    // The recipe's 0.8M parameters, by hand: 4 x (4*128*128 + 4*128 attn + 2*128*512 + 512 + 128
+    // mlp + 2*256 ln) + 256 ln_f + 65*128 wte + 64*128 wpe.
+    let recipe = GptConfig::new(65);
+    assert_eq!(
+        recipe.param_count(true),
+        4 * (65536 + 512 + 131072 + 640 + 512) + 256 + 8320 + 8192
+    );
+}
+
+#[test]
+fn sampling_rules() {
+    let logits = [1.0f32, 3.0, 2.0, 0.5, 2.9];
+    let greedy = Sampling {
+        temperature: 0.0,
+        ..Sampling::default()
+    };
+    assert_eq!(greedy.distribution(&logits), vec![0.0, 1.0, 0.0, 0.0, 0.0]);
+    let top1 = Sampling {
+        top_k: Some(1),
+        ..Sampling::default()
+    };
+    assert_eq!(top1.distribution(&logits), greedy.distribution(&logits));
+
+    // Softmax by hand; top_p = 0.6 must keep tokens 1 and 4 (0.367 + 0.332 >= 0.6), not 2.
+    let exps: Vec<f64> = logits.iter().map(|&l| (l as f64).exp()).collect();
+    let total: f64 = exps.iter().sum();
+    let p: Vec<f64> = exps.iter().map(|e| e / total).collect();
+    assert!(p[1] < 0.6 && p[1] + p[4] >= 0.6);
+    let nucleus = Sampling {
+        top_p: Some(0.6),
+        ..Sampling::default()
+    }
+    .distribution(&logits);
+    let kept = p[1] + p[4];
+    for (i, &q) in nucleus.iter().enumerate() {
+        let want = if i == 1 || i == 4 { p[i] / kept } else { 0.0 };
+        assert!((q - want).abs() < 1e-12, "token {i}: {q} vs {want}");
+    }
+    let top2 = Sampling {
+        top_k: Some(2),
+        temperature: 0.5,
+        ..Sampling::default()
+    }
+    .distribution(&logits);
+    let (a, b) = ((2.0f64 * 3.0).exp(), (2.0f64 * 2.9).exp());
+    assert!(
+        (top2[1] - a / (a + b)).abs() < 1e-6 && top2[0] == 0.0,
+        "{top2:?}"
+    );
+
+    // Draws follow the distribution: 20k draws of p within 0.01.
+    let mut rng = StdRng::seed_from_u64(9);
+    let mut counts = [0usize; 5];
+    for _ in 0..20_000 {
+        counts[Sampling::default().sample(&logits, &mut rng) as usize] += 1;
+    }
+    for i in 0..5 {
+        assert!(
+            (counts[i] as f64 / 20_000.0 - p[i]).abs() < 0.01,
+            "token {i}"
+        );
+    }
+
+    for (bad, msg) in [
+        (
+            Sampling {
+                temperature: -1.0,
+                ..Sampling::default()
+            },
+            "temperature must be >= 0",
+        ),
+        (
+            Sampling {
+                top_k: Some(0),
+                ..Sampling::default()
+            },
+            "top_k must be at least 1",
+        ),
+        (
+            Sampling {
+                top_p: Some(0.0),
+                ..Sampling::default()
+            },
+            "top_p must be in (0, 1]",
+        ),
+        (
+            Sampling {
+                top_p: Some(1.5),
+                ..Sampling::default()
+            },
+            "top_p must be in (0, 1]",
+        ),
+    ] {
+        assert!(bad.validate().unwrap_err().to_string().contains(msg));
+    }
+}
+
+#[test]
+fn generation_is_seeded_and_greedy_equals_top_k_one() {
+    for (name, device) in cpu_devices() {
+        let model = scaled(Gpt::new(&small(Positional::Rope), &device).unwrap());
+        let prompt = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]; // longer than block_size: cropped
+        let run = |s: Sampling| {
+            let mut streamed = Vec::new();
+            let out = model
+                .generate(&prompt, 20, &s, |t| streamed.push(t))
+                .unwrap();
+            assert_eq!(
+                out, streamed,
+                "{name}: streamed tokens differ from the result"
+            );
+            out
+        };
+        let s = Sampling {
+            seed: 5,
+            ..Sampling::default()
+        };
+        assert_eq!(run(s), run(s), "{name}: same seed, different text");
+        assert_ne!(
+            run(s),
+            run(Sampling { seed: 6, ..s }),
+            "{name}: the seed is ignored"
+        );
+        let greedy = run(Sampling {
+            temperature: 0.0,
+            ..s
+        });
+        assert_eq!(
+            greedy,
+            run(Sampling {
+                top_k: Some(1),
+                seed: 99,
+                ..s
+            })
+        );
+        // Greedy is the argmax of a full forward over the cropped window at each step.
+        let mut context: Vec<u32> = prompt.to_vec();
+        for &token in &greedy[..5] {
+            let window = &context[context.len().saturating_sub(8)..];
+            let logits = values(model.forward(tokens(window, &device)));
+            let last = &logits[(window.len() - 1) * 23..];
+            let argmax = (0..23).fold(0, |b, i| if last[i] > last[b] { i } else { b });
+            assert_eq!(token as usize, argmax, "{name}");
+            context.push(token);
+        }
+        assert_eq!(
+            model.generate(&[], 3, &s, |_| ()).unwrap_err(),
+            GenerateError::EmptyPrompt
+        );
+        assert!(matches!(
+            model.generate(&[99], 3, &s, |_| ()),
+            Err(GenerateError::TokenOutOfVocab { token: 99, .. })
+        ));
+    }
+}
+
+#[test]
+fn weights_round_trip_exactly_in_both_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    for (name, device) in cpu_devices() {
+        let config = small(Positional::Learned).with_tie_embeddings(false);
+        let model = scaled(Gpt::new(&config, &device).unwrap());
+        let ids = [3, 1, 4, 1, 5, 9, 2, 6];
+        let expected = values(model.forward(tokens(&ids, &device)));
+        for file in ["w.bpk", "w.safetensors"] {
+            let path = dir.path().join(format!("{name}-{file}"));
+            model.save_weights(&path).unwrap();
+            let fresh = Gpt::new(&config, &device).unwrap();
+            assert_ne!(values(fresh.forward(tokens(&ids, &device))), expected);
+            let loaded = fresh.load_weights(&path).unwrap();
+            assert_eq!(
+                values(loaded.forward(tokens(&ids, &device))),
+                expected,
+                "{name} {file}"
+            );
+
+            let other = Gpt::new(&config.clone().with_d_ff(Some(32)), &device).unwrap();
+            let err = other.load_weights(&path).unwrap_err().to_string();
+            assert!(
+                err.contains("blocks.0.mlp.c_fc.weight")
+                    && err.contains("[16, 64]")
+                    && err.contains("[16, 32]"),
+                "{file}: {err}"
+            );
+        }
+    }
+    // Readable names in the safetensors header.
+    let path = dir.path().join("flex-w.safetensors");
+    let bytes = std::fs::read(&path).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header = std::str::from_utf8(&bytes[8..8 + header_len]).unwrap();
+    for name in [
+        "wte.weight",
+        "wpe.weight",
+        "blocks.1.attn.q_proj.weight",
+        "blocks.0.ln_1.gamma",
+        "lm_head.weight",
+    ] {
+        assert!(
+            header.contains(&format!("\"{name}\"")),
+            "{name} missing from {header}"
+        );
+    }
+    // Missing and corrupt files.
+    let model = Gpt::new(&small(Positional::Learned), &cpu_devices()[0].1).unwrap();
+    let err = model
+        .clone()
+        .load_weights(&dir.path().join("nope.bpk"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("nope.bpk") && err.contains("no such file"),
+        "{err}"
+    );
+    let truncated = dir.path().join("cut.safetensors");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let err = model.load_weights(&truncated).unwrap_err().to_string();
+    assert!(err.contains("cut.safetensors"), "{err}");
+}
+
+#[test]
+fn cross_entropy_matches_f64_and_skips_ignored_targets() {
+    let device = &cpu_devices()[0].1;
+    let mut rng = StdRng::seed_from_u64(4);
+    let (b, t, v) = (2, 3, 5);
+    let logits: Vec<f32> = (0..b * t * v)
+        .map(|_| rng.random_range(-3.0..3.0))
+        .collect();
+    let targets: Vec<i64> = vec![0, 4, 2, 1, 3, 3];
+    let lt = Tensor::<3>::from_data(TensorData::new(logits.clone(), [b, t, v]), device);
+    let tt = Tensor::<2, Int>::from_data(TensorData::new(targets.clone(), [b, t]), device);
+    let nll = |row: usize| {
+        let r = &logits[row * v..(row + 1) * v];
+        let lse = r.iter().map(|&x| (x as f64).exp()).sum::<f64>().ln();
+        lse - r[targets[row] as usize] as f64
+    };
+    let all: f64 = (0..6).map(nll).sum::<f64>() / 6.0;
+    let got: f32 = cross_entropy(lt.clone(), tt.clone(), None).into_scalar();
+    assert!((got as f64 - all).abs() < 1e-5);
+    let kept: f64 = [0, 1, 2, 3].iter().map(|&r| nll(r)).sum::<f64>() / 4.0;
+    let got: f32 = cross_entropy(lt, tt, Some(3)).into_scalar();
+    assert!((got as f64 - kept).abs() < 1e-5, "{got} vs {kept}");
+}
+
+#[test]
+fn forward_with_captures_weights_and_ablates_heads() {
+    let device = &cpu_devices()[0].1;
+    let config = small(Positional::Learned);
+    let model = scaled(Gpt::new(&config, device).unwrap());
+    let ids = [1, 2, 3, 4, 5];
+    let plain = values(model.forward(tokens(&ids, device)));
+    let ones = Tensor::<2>::ones([2, 4], device);
+    let out = model.forward_with(
+        tokens(&ids, device),
+        ForwardOptions {
+            head_mask: Some(ones),
+            return_weights: true,
+        },
+    );
+    assert_eq!(values(out.logits), plain);
+    assert_eq!(out.weights.len(), 2);
+    assert_eq!(out.weights[1].dims(), [1, 4, 5, 5]);
+    // Ablating layer 1 head 2 equals zeroing its rows of W_O by hand.
+    let mut mask = vec![1.0f32; 8];
+    mask[4 + 2] = 0.0;
+    let mask = Tensor::<2>::from_data(TensorData::new(mask, [2, 4]), device);
+    let masked = values(
+        model
+            .forward_with(
+                tokens(&ids, device),
+                ForwardOptions {
+                    head_mask: Some(mask),
+                    return_weights: false,
+                },
+            )
+            .logits,
+    );
+    let mut edited = model.clone();
+    let w = edited.blocks[1].attn.o_proj.weight.val();
+    let zeroed = w.slice_fill([8..12, 0..16], 0.0);
+    edited.blocks[1].attn.o_proj.weight = burn::module::Param::from_tensor(zeroed);
+    let by_hand = values(edited.forward(tokens(&ids, device)));
+    let diff = masked
+        .iter()
+        .zip(&by_hand)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(diff < 1e-5, "{diff}");
+    assert!(masked != plain);
+}
+
+#[test]
+fn invalid_configs_name_the_field() {
+    let device = &cpu_devices()[0].1;
+    let err = |c: GptConfig| Gpt::new(&c, device).map(|_| ()).unwrap_err().to_string();
+    let mut no_vocab = small(Positional::Learned);
+    no_vocab.vocab_size = 0;
+    assert_eq!(err(no_vocab), "model.vocab_size must be at least 1, got 0");
+    assert_eq!(
+        err(small(Positional::Learned).with_block_size(0)),
+        "model.block_size must be at least 1, got 0"
+    );
+    assert_eq!(
+        err(small(Positional::Learned).with_n_layers(0)),
+        "model.n_layers must be at least 1, got 0"
+    );
+    assert!(
+        err(small(Positional::Learned).with_n_heads(3))
+            .contains("d_model = 16 is not divisible by n_heads = 3")
+    );
+    assert!(
+        err(small(Positional::Learned).with_n_kv_heads(Some(3)))
+            .contains("n_heads = 4 is not divisible by n_kv_heads = 3")
+    );
+    let e = err(GptConfig::new(10)
+        .with_d_model(12)
+        .with_n_heads(4)
+        .with_positional(Positional::Rope));
+    assert!(e.contains("needs an even d_k") && e.contains("= 3"), "{e}");
+    assert!(
+        err(small(Positional::Sinusoidal)
+            .with_d_model(15)
+            .with_n_heads(5))
+        .contains("even d_model")
+    );
+    assert!(err(small(Positional::Learned).with_dropout(1.5)).contains("model.dropout"));
+}
+
+#[test]
+fn wgpu_matches_flex_on_a_small_model() {
+    let Some(wgpu) = wgpu_device() else { return };
+    let flex = &cpu_devices()[0].1;
+    let config = small(Positional::Rope).with_n_kv_heads(Some(2));
+    let model = scaled(Gpt::new(&config, flex).unwrap());
+    let ids = [5, 3, 22, 0, 7, 7, 1];
+    let a = values(model.forward(tokens(&ids, flex)));
+    let b = values(model.clone().to_device(&wgpu).forward(tokens(&ids, &wgpu)));
+    let diff = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max);
+    assert!(diff < 1e-3, "wgpu logits differ from flex by {diff}");
+}

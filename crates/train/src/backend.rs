@@ -1,0 +1,130 @@
+//! Picking a Burn backend by name at run time: the one place that names backends.
+
+use std::fmt;
+use std::str::FromStr;
+
+use burn::tensor::{Device, DeviceKind, Tensor};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// A backend headlab can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Burn's ndarray CPU backend (deprecated upstream in favour of flex; kept to compare).
+    Ndarray,
+    /// Burn's flex CPU backend.
+    #[default]
+    Flex,
+    /// Burn's wgpu backend: Vulkan, Metal or DX12, or Mesa's lavapipe on a CPU.
+    Wgpu,
+}
+
+/// Every backend, in the order they are listed to users.
+pub const BACKENDS: [Backend; 3] = [Backend::Flex, Backend::Ndarray, Backend::Wgpu];
+
+/// A backend that cannot be used.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum BackendError {
+    /// Not a backend name.
+    #[error("unknown backend {0:?}: choose one of flex, ndarray, wgpu")]
+    Unknown(String),
+    /// wgpu found no working adapter.
+    #[error(
+        "the wgpu backend found no working GPU adapter ({0}). Install a Vulkan driver (on \
+         Debian/Ubuntu without a GPU: `apt-get install mesa-vulkan-drivers` gives the lavapipe \
+         CPU adapter) or choose --backend flex"
+    )]
+    NoAdapter(String),
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Ndarray => "ndarray",
+            Backend::Flex => "flex",
+            Backend::Wgpu => "wgpu",
+        })
+    }
+}
+
+impl FromStr for Backend {
+    type Err = BackendError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "ndarray" => Ok(Backend::Ndarray),
+            "flex" => Ok(Backend::Flex),
+            "wgpu" => Ok(Backend::Wgpu),
+            _ => Err(BackendError::Unknown(s.to_string())),
+        }
+    }
+}
+
+impl Backend {
+    /// The device for this backend, checked to work. Inference devices have no autodiff; add
+    /// it with `.autodiff()` for training.
+    #[allow(deprecated)]
+    pub fn device(self) -> Result<Device, BackendError> {
+        match self {
+            Backend::Ndarray => Ok(Device::ndarray()),
+            Backend::Flex => Ok(Device::flex()),
+            Backend::Wgpu => wgpu_device(),
+        }
+    }
+}
+
+/// Finds a wgpu adapter that runs a kernel: the default (a GPU where there is one), else a
+/// CPU adapter such as lavapipe. cubecl panics when it has none, so the probe catches that.
+fn wgpu_device() -> Result<Device, BackendError> {
+    let previous = std::panic::take_hook();
+    let message = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let sink = message.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        if let Ok(mut m) = sink.lock() {
+            *m = info.to_string();
+        }
+    }));
+    let probe = |kind: DeviceKind| {
+        std::panic::catch_unwind(|| {
+            let device = Device::wgpu(kind);
+            let sum: f32 = Tensor::<1>::ones([4], &device).sum().into_scalar();
+            (sum == 4.0).then_some(device)
+        })
+        .ok()
+        .flatten()
+    };
+    let found = probe(DeviceKind::DefaultDevice).or_else(|| probe(DeviceKind::Cpu));
+    std::panic::set_hook(previous);
+    found.ok_or_else(|| {
+        let reason = message.lock().map(|m| m.clone()).unwrap_or_default();
+        let reason = reason
+            .lines()
+            .last()
+            .unwrap_or("no adapter")
+            .trim()
+            .to_string();
+        BackendError::NoAdapter(if reason.is_empty() {
+            "no adapter".into()
+        } else {
+            reason
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_list_the_valid_ones() {
+        for b in BACKENDS {
+            assert_eq!(b.to_string().parse::<Backend>().unwrap(), b);
+        }
+        let err = "cuda".parse::<Backend>().unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "unknown backend \"cuda\": choose one of flex, ndarray, wgpu"
+        );
+    }
+}

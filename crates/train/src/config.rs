@@ -1,0 +1,1112 @@
+//! The run configuration: a TOML file with `[model]`, `[train]` and `[data]` sections,
+//! overridable key by key with `--set section.key=value`.
+//!
+//! Every key has a default, so a file only lists what differs; unknown keys are errors
+//! (a typo must not silently train with the default). The resolved configuration is
+//! written into each run directory so a run can be reproduced from it alone.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use serde::de::{self, DeserializeOwned, Visitor};
+use serde::{Deserialize, Serialize};
+
+use crate::corpus::{BuiltinCorpus, UnknownCorpus};
+use crate::tokenizer::TokenizerKind;
+
+/// The model's positional encoding and norm placement, as the model crate defines them.
+pub use headlab_model::{Norm, Positional};
+
+/// `[model]`. The vocabulary size is not here: it comes from the tokenizer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ModelSection {
+    /// Context length in tokens. Default 64.
+    pub block_size: usize,
+    /// Residual stream width. Default 128.
+    pub d_model: usize,
+    /// Transformer blocks. Default 4.
+    pub n_layers: usize,
+    /// Query heads per attention layer; must divide `d_model`. Default 4.
+    pub n_heads: usize,
+    /// Key/value heads (grouped-query attention); must divide `n_heads`.
+    /// Default: none, meaning `n_heads` (plain multi-head attention).
+    pub n_kv_heads: Option<usize>,
+    /// MLP hidden width. Default: none, meaning `4 * d_model`.
+    pub d_ff: Option<usize>,
+    /// Dropout probability in [0, 1). Default 0.0 (small data, short runs).
+    pub dropout: f64,
+    /// Biases in linear layers and layer norms. Default true.
+    pub bias: bool,
+    /// `learned`, `sinusoidal` or `rope`. Default `learned`.
+    pub positional: Positional,
+    /// `pre` or `post`. Default `pre`.
+    pub norm: Norm,
+    /// Share the token embedding with the output projection. Default true.
+    pub tie_embeddings: bool,
+    /// Drop the MLPs, leaving attention only (easier circuits to read). Default false.
+    pub attn_only: bool,
+}
+
+impl Default for ModelSection {
+    fn default() -> Self {
+        Self {
+            block_size: 64,
+            d_model: 128,
+            n_layers: 4,
+            n_heads: 4,
+            n_kv_heads: None,
+            d_ff: None,
+            dropout: 0.0,
+            bias: true,
+            positional: Positional::Learned,
+            norm: Norm::Pre,
+            tie_embeddings: true,
+            attn_only: false,
+        }
+    }
+}
+
+impl ModelSection {
+    /// Key/value heads after applying the default (`n_heads`).
+    pub fn kv_heads(&self) -> usize {
+        self.n_kv_heads.unwrap_or(self.n_heads)
+    }
+
+    /// MLP width after applying the default (`4 * d_model`).
+    pub fn ff_dim(&self) -> usize {
+        self.d_ff.unwrap_or(4 * self.d_model)
+    }
+
+    /// Per-head dimension `d_model / n_heads` (0 when `n_heads` is 0; validate first).
+    pub fn head_dim(&self) -> usize {
+        self.d_model.checked_div(self.n_heads).unwrap_or(0)
+    }
+}
+
+/// `[train]`. Defaults follow nanoGPT's CPU recipe for shakespeare_char.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainSection {
+    /// Sequences per optimiser step (per micro-batch with `grad_accum`). Default 12.
+    pub batch_size: usize,
+    /// Optimiser steps. Default 2000.
+    pub max_iters: usize,
+    /// Peak learning rate after warm-up. Default 1e-3.
+    pub lr: f64,
+    /// Floor of the cosine decay. Default 1e-4.
+    pub min_lr: f64,
+    /// Linear warm-up steps. Default 100.
+    pub warmup_iters: usize,
+    /// Step at which the cosine decay reaches `min_lr`. Default: none, meaning `max_iters`.
+    pub lr_decay_iters: Option<usize>,
+    /// AdamW beta1. Default 0.9.
+    pub beta1: f64,
+    /// AdamW beta2; 0.99 suits small batches (nanoGPT). Default 0.99.
+    pub beta2: f64,
+    /// AdamW decoupled weight decay. Default 0.1.
+    pub weight_decay: f64,
+    /// Clip the global gradient norm to this; 0 turns clipping off. Default 1.0.
+    pub grad_clip: f64,
+    /// Micro-batches accumulated per step. Default 1.
+    pub grad_accum: usize,
+    /// Steps between evaluations of train/val loss. Default 250.
+    pub eval_interval: usize,
+    /// Batches averaged per evaluation. Default 200.
+    pub eval_iters: usize,
+    /// Steps between log lines. Default 10.
+    pub log_interval: usize,
+    /// Seed of initialisation, batch sampling and built-in corpora. Default 1337.
+    pub seed: u64,
+    /// Tokens sampled after training; 0 skips sampling. Default 200.
+    pub sample_tokens: usize,
+    /// Record per-head attention statistics every this many steps; 0 is off. Default 0.
+    pub track_heads_every: usize,
+    /// Compute backend name. Default `flex`.
+    pub backend: String,
+}
+
+impl Default for TrainSection {
+    fn default() -> Self {
+        Self {
+            batch_size: 12,
+            max_iters: 2000,
+            lr: 1e-3,
+            min_lr: 1e-4,
+            warmup_iters: 100,
+            lr_decay_iters: None,
+            beta1: 0.9,
+            beta2: 0.99,
+            weight_decay: 0.1,
+            grad_clip: 1.0,
+            grad_accum: 1,
+            eval_interval: 250,
+            eval_iters: 200,
+            log_interval: 10,
+            seed: 1337,
+            sample_tokens: 200,
+            track_heads_every: 0,
+            backend: "flex".to_string(),
+        }
+    }
+}
+
+impl TrainSection {
+    /// `lr_decay_iters` after applying the default (`max_iters`).
+    pub fn decay_iters(&self) -> usize {
+        self.lr_decay_iters.unwrap_or(self.max_iters)
+    }
+}
+
+/// `[data]`. Exactly one of `path` and `builtin` must be set. Inside a `[data]` table
+/// both default to unset; without a `[data]` table the source is `builtin = "grammar"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DataSection {
+    /// A UTF-8 text file, relative to the directory headlab runs in. Default: none.
+    #[serde(default)]
+    pub path: Option<PathBuf>,
+    /// A built-in corpus: `grammar`, `induction` or `copy`. Default: none in a `[data]`
+    /// table, `grammar` when the table is absent.
+    #[serde(default)]
+    pub builtin: Option<String>,
+    /// Characters of built-in corpus to generate. Default 200000.
+    pub builtin_chars: usize,
+    /// `char` or `byte`. Default `char`.
+    pub tokenizer: TokenizerKind,
+    /// Fraction of the tokens (the end of the text) held out for validation. Default 0.1.
+    pub val_fraction: f64,
+    /// Sequence length of the `induction` corpus and longest string of `copy`. Default 16.
+    pub induction_len: usize,
+}
+
+impl Default for DataSection {
+    fn default() -> Self {
+        Self {
+            path: None,
+            builtin: Some(BuiltinCorpus::Grammar.name().to_string()),
+            builtin_chars: 200_000,
+            tokenizer: TokenizerKind::Char,
+            val_fraction: 0.1,
+            induction_len: 16,
+        }
+    }
+}
+
+/// Where the training text comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DataSource {
+    File(PathBuf),
+    Builtin(BuiltinCorpus),
+}
+
+impl DataSection {
+    /// The one data source, or why there is not exactly one.
+    pub fn source(&self) -> Result<DataSource, ValidationError> {
+        match (&self.path, &self.builtin) {
+            (Some(path), None) => Ok(DataSource::File(path.clone())),
+            (None, Some(name)) => name
+                .parse()
+                .map(DataSource::Builtin)
+                .map_err(ValidationError::UnknownBuiltin),
+            (None, None) => Err(ValidationError::NoDataSource),
+            (Some(path), Some(builtin)) => Err(ValidationError::BothDataSources {
+                path: path.clone(),
+                builtin: builtin.clone(),
+            }),
+        }
+    }
+}
+
+/// A whole run configuration.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    pub model: ModelSection,
+    pub train: TrainSection,
+    pub data: DataSection,
+}
+
+/// Errors from reading, overriding or writing a configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "invalid config {source_name}: {}{}",
+        .source.to_string().trim_end(), hint_line(.hint)
+    )]
+    Parse {
+        source_name: String,
+        /// Boxed: toml's error is large and would bloat every `Result` here.
+        source: Box<toml::de::Error>,
+        hint: Option<String>,
+    },
+    #[error("--set {arg:?}: expected key=value, e.g. train.lr=3e-4")]
+    SetSyntax { arg: String },
+    #[error(
+        "--set {arg:?}: keys are section.key, e.g. train.lr=3e-4{}",
+        hint_suffix(.hint)
+    )]
+    SetBareKey { arg: String, hint: Option<String> },
+    #[error("--set {arg:?}: unknown section {section:?}; valid sections: model, train, data")]
+    SetUnknownSection { arg: String, section: String },
+    #[error(
+        "--set {arg:?}: unknown key {key:?} in [{section}]; valid keys: {}{}",
+        .valid.join(", "), hint_suffix(.hint)
+    )]
+    SetUnknownKey {
+        arg: String,
+        section: String,
+        key: String,
+        valid: Vec<&'static str>,
+        hint: Option<String>,
+    },
+    #[error("--set {arg:?}: wrong type for {key}: {message}{}", current_suffix(.current))]
+    SetWrongType {
+        arg: String,
+        key: String,
+        message: String,
+        current: Option<String>,
+    },
+    #[error("cannot write the config as TOML: {0}")]
+    Serialize(#[from] toml::ser::Error),
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+}
+
+fn hint_suffix(hint: &Option<String>) -> String {
+    hint.as_ref().map(|h| format!(" ({h})")).unwrap_or_default()
+}
+
+fn hint_line(hint: &Option<String>) -> String {
+    hint.as_ref()
+        .map(|h| format!("\nhint: {h}"))
+        .unwrap_or_default()
+}
+
+fn current_suffix(current: &Option<String>) -> String {
+    current
+        .as_ref()
+        .map(|c| format!(" (current value: {c})"))
+        .unwrap_or_default()
+}
+
+/// A configuration that parses but cannot be trained. Every message starts with the
+/// offending key and says how to fix it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ValidationError {
+    #[error("{field} is 0 but must be at least 1 (default {default})")]
+    Zero {
+        field: &'static str,
+        default: &'static str,
+    },
+    #[error("{field} = {value} is out of range: it must be {expected}")]
+    OutOfRange {
+        field: &'static str,
+        value: f64,
+        expected: &'static str,
+    },
+    #[error(
+        "model.d_model = {d_model} is not divisible by model.n_heads = {n_heads}, so the heads \
+         cannot split the residual stream evenly; use model.n_heads = {}, or a model.d_model \
+         that is a multiple of {n_heads} ({})",
+        join_or(.head_choices), join_or(.d_model_choices)
+    )]
+    HeadsDontDivide {
+        d_model: usize,
+        n_heads: usize,
+        head_choices: Vec<usize>,
+        d_model_choices: Vec<usize>,
+    },
+    #[error(
+        "model.n_kv_heads = {n_kv_heads} does not divide model.n_heads = {n_heads}; each \
+         key/value head must serve the same number of query heads, so use model.n_kv_heads = {}",
+        join_or(.choices)
+    )]
+    KvHeadsDontDivide {
+        n_heads: usize,
+        n_kv_heads: usize,
+        choices: Vec<usize>,
+    },
+    #[error(
+        "model.positional = \"rope\" rotates pairs of dimensions, but the head dimension \
+         model.d_model / model.n_heads = {d_model} / {n_heads} = {head_dim} is odd; change \
+         model.n_heads or model.d_model, or use model.positional = \"learned\""
+    )]
+    RopeOddHeadDim {
+        d_model: usize,
+        n_heads: usize,
+        head_dim: usize,
+    },
+    #[error(
+        "train.min_lr = {min_lr} is above train.lr = {lr}; the schedule decays from lr down to \
+         min_lr, so set train.min_lr to at most {lr} (typically lr / 10)"
+    )]
+    MinLrAboveLr { min_lr: f64, lr: f64 },
+    #[error(
+        "data.path and data.builtin are both unset; set one: data.builtin = \"grammar\" \
+         (or induction, copy) or data.path = \"FILE\""
+    )]
+    NoDataSource,
+    #[error(
+        "data.path = {path:?} and data.builtin = {builtin:?} are both set; keep one \
+         (--set data.path=FILE replaces the built-in corpus)"
+    )]
+    BothDataSources { path: PathBuf, builtin: String },
+    #[error("data.builtin: {0}")]
+    UnknownBuiltin(UnknownCorpus),
+}
+
+fn join_or(items: &[usize]) -> String {
+    let items: Vec<String> = items.iter().map(|i| i.to_string()).collect();
+    match items.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+impl RunConfig {
+    /// Parses TOML; `source_name` (usually the file name) prefixes errors, which carry
+    /// line and column from the TOML parser and, for misspelt keys, a suggestion.
+    pub fn from_toml_str(s: &str, source_name: &str) -> Result<Self, ConfigError> {
+        toml::from_str(s).map_err(|source: toml::de::Error| ConfigError::Parse {
+            source_name: source_name.to_string(),
+            hint: unknown_field_hint(source.message()),
+            source: Box::new(source),
+        })
+    }
+
+    /// Reads and parses a config file (not validated: apply `--set`s, then validate).
+    pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_toml_str(&text, &path.display().to_string())
+    }
+
+    /// The configuration as TOML, for `config.toml` in a run directory. Unset optional
+    /// keys are left out, which reads back as unset.
+    pub fn to_toml_string(&self) -> Result<String, ConfigError> {
+        Ok(toml::to_string_pretty(self)?)
+    }
+
+    /// Applies one `section.key=value` override. The value is read as a TOML value
+    /// (`3e-4`, `true`, `"x"`) and otherwise as a bare string (`rope`, `data/x.txt`), then
+    /// the whole config is deserialised again, so types are checked exactly as in files.
+    /// Setting `data.path` unsets `data.builtin` and vice versa.
+    pub fn apply_set(&mut self, assignment: &str) -> Result<(), ConfigError> {
+        let arg = assignment.to_string();
+        let (key, raw) = assignment
+            .split_once('=')
+            .ok_or_else(|| ConfigError::SetSyntax { arg: arg.clone() })?;
+        let (key, raw) = (key.trim(), raw.trim());
+        if key.is_empty() {
+            return Err(ConfigError::SetSyntax { arg });
+        }
+        let Some((section, field)) = key.split_once('.') else {
+            let hint = SECTIONS
+                .iter()
+                .find(|s| section_fields(s).is_some_and(|f| f.contains(&key)))
+                .map(|s| format!("did you mean {s}.{key}?"));
+            return Err(ConfigError::SetBareKey { arg, hint });
+        };
+        let valid = section_fields(section).ok_or_else(|| ConfigError::SetUnknownSection {
+            arg: arg.clone(),
+            section: section.to_string(),
+        })?;
+        if !valid.contains(&field) {
+            return Err(ConfigError::SetUnknownKey {
+                hint: closest(field, valid).map(|k| format!("did you mean {section}.{k}?")),
+                arg,
+                section: section.to_string(),
+                key: field.to_string(),
+                valid: valid.to_vec(),
+            });
+        }
+
+        let mut root = toml::Value::try_from(&*self)?;
+        let current = root
+            .get(section)
+            .and_then(|t| t.get(field))
+            .map(|v| v.to_string());
+        let parsed = parse_value(raw);
+        let fallback = (!parsed.is_str()).then(|| toml::Value::String(raw.to_string()));
+        let result = with_key(&mut root, section, field, parsed).try_into::<RunConfig>();
+        let result = match (result, fallback) {
+            // `data.path=2024.txt` or `data.path=1.5`: a value TOML reads as a number may
+            // still be meant as a string.
+            (Err(e), Some(s)) => with_key(&mut root, section, field, s)
+                .try_into::<RunConfig>()
+                .map_err(|_| e),
+            (r, _) => r,
+        };
+        *self = result.map_err(|e| ConfigError::SetWrongType {
+            arg,
+            key: key.to_string(),
+            message: e.message().to_string(),
+            current,
+        })?;
+        Ok(())
+    }
+
+    /// Applies overrides in order, stopping at the first error.
+    pub fn apply_sets<S: AsRef<str>>(&mut self, assignments: &[S]) -> Result<(), ConfigError> {
+        assignments
+            .iter()
+            .try_for_each(|a| self.apply_set(a.as_ref()))
+    }
+
+    /// Checks everything that would otherwise fail (or silently misbehave) mid-run.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let (m, t, d) = (&self.model, &self.train, &self.data);
+        let zero_checks: [(&'static str, Option<usize>, &'static str); 15] = [
+            ("model.block_size", Some(m.block_size), "64"),
+            ("model.d_model", Some(m.d_model), "128"),
+            ("model.n_layers", Some(m.n_layers), "4"),
+            ("model.n_heads", Some(m.n_heads), "4"),
+            ("model.n_kv_heads", m.n_kv_heads, "model.n_heads"),
+            ("model.d_ff", m.d_ff, "4 * model.d_model"),
+            ("train.batch_size", Some(t.batch_size), "12"),
+            ("train.max_iters", Some(t.max_iters), "2000"),
+            ("train.lr_decay_iters", t.lr_decay_iters, "train.max_iters"),
+            ("train.grad_accum", Some(t.grad_accum), "1"),
+            ("train.eval_interval", Some(t.eval_interval), "250"),
+            ("train.eval_iters", Some(t.eval_iters), "200"),
+            ("train.log_interval", Some(t.log_interval), "10"),
+            ("data.builtin_chars", Some(d.builtin_chars), "200000"),
+            ("data.induction_len", Some(d.induction_len), "16"),
+        ];
+        for (field, value, default) in zero_checks {
+            if value == Some(0) {
+                return Err(ValidationError::Zero { field, default });
+            }
+        }
+
+        if !m.d_model.is_multiple_of(m.n_heads) {
+            return Err(ValidationError::HeadsDontDivide {
+                d_model: m.d_model,
+                n_heads: m.n_heads,
+                head_choices: nearest_divisors(m.d_model, m.n_heads),
+                d_model_choices: nearest_multiples(m.d_model, m.n_heads),
+            });
+        }
+        let kv = m.kv_heads();
+        if !m.n_heads.is_multiple_of(kv) {
+            return Err(ValidationError::KvHeadsDontDivide {
+                n_heads: m.n_heads,
+                n_kv_heads: kv,
+                choices: (1..=m.n_heads)
+                    .filter(|&k| m.n_heads.is_multiple_of(k))
+                    .collect(),
+            });
+        }
+        if m.positional == Positional::Rope && !m.head_dim().is_multiple_of(2) {
+            return Err(ValidationError::RopeOddHeadDim {
+                d_model: m.d_model,
+                n_heads: m.n_heads,
+                head_dim: m.head_dim(),
+            });
+        }
+
+        let range_checks: [(&'static str, f64, bool, &'static str); 8] = [
+            (
+                "model.dropout",
+                m.dropout,
+                (0.0..1.0).contains(&m.dropout),
+                "in [0, 1)",
+            ),
+            (
+                "train.lr",
+                t.lr,
+                t.lr.is_finite() && t.lr > 0.0,
+                "greater than 0 (e.g. 1e-3)",
+            ),
+            (
+                "train.min_lr",
+                t.min_lr,
+                t.min_lr.is_finite() && t.min_lr >= 0.0,
+                "at least 0 (e.g. train.lr / 10)",
+            ),
+            (
+                "train.beta1",
+                t.beta1,
+                (0.0..1.0).contains(&t.beta1),
+                "in [0, 1) (e.g. 0.9)",
+            ),
+            (
+                "train.beta2",
+                t.beta2,
+                (0.0..1.0).contains(&t.beta2),
+                "in [0, 1) (e.g. 0.99)",
+            ),
+            (
+                "train.weight_decay",
+                t.weight_decay,
+                t.weight_decay.is_finite() && t.weight_decay >= 0.0,
+                "at least 0 (e.g. 0.1)",
+            ),
+            (
+                "train.grad_clip",
+                t.grad_clip,
+                t.grad_clip.is_finite() && t.grad_clip >= 0.0,
+                "at least 0 (0 turns clipping off)",
+            ),
+            (
+                "data.val_fraction",
+                d.val_fraction,
+                d.val_fraction > 0.0 && d.val_fraction < 1.0,
+                "strictly between 0 and 1 (e.g. 0.1)",
+            ),
+        ];
+        for (field, value, ok, expected) in range_checks {
+            if !ok {
+                return Err(ValidationError::OutOfRange {
+                    field,
+                    value,
+                    expected,
+                });
+            }
+        }
+        if t.min_lr > t.lr {
+            return Err(ValidationError::MinLrAboveLr {
+                min_lr: t.min_lr,
+                lr: t.lr,
+            });
+        }
+        d.source().map(|_| ())
+    }
+}
+
+const SECTIONS: [&str; 3] = ["model", "train", "data"];
+
+/// The keys of a section, read from the serde derive so they never drift from the types.
+pub fn section_fields(section: &str) -> Option<&'static [&'static str]> {
+    match section {
+        "model" => Some(struct_fields::<ModelSection>()),
+        "train" => Some(struct_fields::<TrainSection>()),
+        "data" => Some(struct_fields::<DataSection>()),
+        _ => None,
+    }
+}
+
+/// Parses `raw` as a TOML value, or takes it as a string when it is not one (bare words
+/// like `rope` or paths).
+fn parse_value(raw: &str) -> toml::Value {
+    match toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+        Ok(mut t) if t.len() == 1 => t.remove("v").unwrap_or(toml::Value::String(raw.into())),
+        _ => toml::Value::String(raw.to_string()),
+    }
+}
+
+/// Sets `root[section][field] = value`; setting one data source removes the other.
+fn with_key(root: &mut toml::Value, section: &str, field: &str, value: toml::Value) -> toml::Value {
+    if let Some(table) = root.get_mut(section).and_then(|t| t.as_table_mut()) {
+        table.insert(field.to_string(), value);
+        let other_source = match (section, field) {
+            ("data", "path") => Some("builtin"),
+            ("data", "builtin") => Some("path"),
+            _ => None,
+        };
+        if let Some(other) = other_source {
+            table.remove(other);
+        }
+    }
+    root.clone()
+}
+
+/// The divisors of `n` just below and just above `target`.
+fn nearest_divisors(n: usize, target: usize) -> Vec<usize> {
+    let below = (1..target).rev().find(|&d| n.is_multiple_of(d));
+    let above = (target + 1..=n).find(|&d| n.is_multiple_of(d));
+    below.into_iter().chain(above).collect()
+}
+
+/// The positive multiples of `m` just below and just above `n`.
+fn nearest_multiples(n: usize, m: usize) -> Vec<usize> {
+    let below = n / m * m;
+    let above = below + m;
+    (below > 0)
+        .then_some(below)
+        .into_iter()
+        .chain([above])
+        .collect()
+}
+
+/// "did you mean" for serde's "unknown field `x`, expected one of `a`, `b`" messages.
+fn unknown_field_hint(message: &str) -> Option<String> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (unknown, rest) = rest.split_once('`')?;
+    let candidates: Vec<&str> = rest.split('`').skip(1).step_by(2).collect();
+    closest(unknown, &candidates).map(|c| format!("did you mean `{c}`?"))
+}
+
+/// The candidate within edit distance 2 (or a third of the word) of `word`, if any.
+fn closest<'a>(word: &str, candidates: &[&'a str]) -> Option<&'a str> {
+    let limit = (word.chars().count() / 3).max(2);
+    candidates
+        .iter()
+        .map(|c| (edit_distance(word, c), *c))
+        .filter(|(d, _)| *d <= limit)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let sub = prev[j] + usize::from(ca != *cb);
+            cur[j + 1] = sub.min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Field names of a `#[derive(Deserialize)]` struct: serde hands them to
+/// `deserialize_struct`, which this deserializer records and then bails out of.
+fn struct_fields<T: DeserializeOwned>() -> &'static [&'static str] {
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(FieldNames(&mut fields));
+    fields
+}
+
+struct FieldNames<'a>(&'a mut &'static [&'static str]);
+
+#[derive(Debug)]
+struct Stop;
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("field names recorded")
+    }
+}
+
+impl std::error::Error for Stop {}
+
+impl de::Error for Stop {
+    fn custom<T: fmt::Display>(_: T) -> Self {
+        Stop
+    }
+}
+
+impl<'de> de::Deserializer<'de> for FieldNames<'_> {
+    type Error = Stop;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Stop> {
+        Err(Stop)
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, Stop> {
+        *self.0 = fields;
+        Err(Stop)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes
+        byte_buf option unit unit_struct newtype_struct seq tuple tuple_struct map enum
+        identifier ignored_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn configs_dir() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs")
+    }
+
+    fn set(assignment: &str) -> Result<RunConfig, ConfigError> {
+        let mut c = RunConfig::default();
+        c.apply_set(assignment)?;
+        Ok(c)
+    }
+
+    #[test]
+    fn shipped_configs_parse_and_validate() {
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(configs_dir()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let c = RunConfig::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                c.validate()
+                    .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+                names.push(path.file_name().unwrap().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        assert!(names.contains(&"default.toml".to_string()), "{names:?}");
+        assert!(
+            names.contains(&"shakespeare-char-cpu.toml".to_string()),
+            "{names:?}"
+        );
+    }
+
+    #[test]
+    fn shakespeare_config_is_nanogpt_cpu_recipe() {
+        let c = RunConfig::load(configs_dir().join("shakespeare-char-cpu.toml")).unwrap();
+        let (m, t) = (&c.model, &c.train);
+        assert_eq!(
+            (m.n_layers, m.n_heads, m.d_model, m.block_size),
+            (4, 4, 128, 64)
+        );
+        assert_eq!(m.dropout, 0.0);
+        assert_eq!(
+            (t.batch_size, t.max_iters, t.decay_iters()),
+            (12, 2000, 2000)
+        );
+        assert_eq!((t.lr, t.min_lr, t.warmup_iters), (1e-3, 1e-4, 100));
+        assert_eq!(
+            (t.beta1, t.beta2, t.weight_decay, t.grad_clip),
+            (0.9, 0.99, 0.1, 1.0)
+        );
+        assert_eq!(t.eval_iters, 200);
+        assert_eq!(
+            c.data.source().unwrap(),
+            DataSource::File("../shared/datasets/tinyshakespeare/input.txt".into())
+        );
+    }
+
+    #[test]
+    fn empty_file_is_the_documented_default() {
+        let c = RunConfig::from_toml_str("", "empty").unwrap();
+        assert_eq!(c, RunConfig::default());
+        let (m, t, d) = (&c.model, &c.train, &c.data);
+        assert_eq!(
+            (m.block_size, m.d_model, m.n_layers, m.n_heads),
+            (64, 128, 4, 4)
+        );
+        assert_eq!((m.kv_heads(), m.ff_dim(), m.head_dim()), (4, 512, 32));
+        assert!(m.bias && m.tie_embeddings && !m.attn_only);
+        assert_eq!((m.positional, m.norm), (Positional::Learned, Norm::Pre));
+        assert_eq!(
+            (t.batch_size, t.max_iters, t.lr, t.min_lr),
+            (12, 2000, 1e-3, 1e-4)
+        );
+        assert_eq!(
+            (t.warmup_iters, t.decay_iters(), t.grad_accum),
+            (100, 2000, 1)
+        );
+        assert_eq!(
+            (t.eval_interval, t.eval_iters, t.log_interval),
+            (250, 200, 10)
+        );
+        assert_eq!(
+            (t.seed, t.sample_tokens, t.track_heads_every),
+            (1337, 200, 0)
+        );
+        assert_eq!(t.backend, "flex");
+        assert_eq!(
+            d.source().unwrap(),
+            DataSource::Builtin(BuiltinCorpus::Grammar)
+        );
+        assert_eq!(
+            (d.builtin_chars, d.val_fraction, d.induction_len),
+            (200_000, 0.1, 16)
+        );
+        assert_eq!(d.tokenizer, TokenizerKind::Char);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn data_table_with_path_only_has_no_builtin() {
+        let c = RunConfig::from_toml_str("[data]\npath = \"x.txt\"\n", "t").unwrap();
+        assert_eq!(c.data.source().unwrap(), DataSource::File("x.txt".into()));
+        let c = RunConfig::from_toml_str("[data]\ntokenizer = \"byte\"\n", "t").unwrap();
+        assert_eq!(c.validate(), Err(ValidationError::NoDataSource));
+    }
+
+    #[test]
+    fn toml_round_trip() {
+        let mut c = RunConfig::default();
+        c.apply_sets(&[
+            "model.n_kv_heads=2",
+            "model.positional=rope",
+            "train.lr=3e-4",
+            "data.path=some/file.txt",
+            "data.tokenizer=byte",
+        ])
+        .unwrap();
+        for original in [RunConfig::default(), c] {
+            let text = original.to_toml_string().unwrap();
+            let back = RunConfig::from_toml_str(&text, "round trip").unwrap();
+            assert_eq!(back, original, "{text}");
+        }
+    }
+
+    #[test]
+    fn parse_errors_have_position_and_valid_keys() {
+        let err = RunConfig::from_toml_str("[train]\nlr = 1e-3\nlrr = 2\n", "my.toml").unwrap_err();
+        let msg = err.to_string();
+        for part in [
+            "my.toml",
+            "line 3",
+            "column 1",
+            "lrr",
+            "min_lr",
+            "batch_size",
+            "hint: did you mean `lr`?",
+        ] {
+            assert!(msg.contains(part), "{part:?} missing from {msg}");
+        }
+        let msg = RunConfig::from_toml_str("[modle]\n", "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("modle") && msg.contains("`model`"), "{msg}");
+        let msg = RunConfig::from_toml_str("[model]\nd_model = \"big\"\n", "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("line 2") && msg.contains("usize"), "{msg}");
+        let msg = RunConfig::from_toml_str("[model\n", "x.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("x.toml") && msg.contains("line 1"), "{msg}");
+        let msg = RunConfig::load("/nonexistent/headlab.toml")
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("/nonexistent/headlab.toml"), "{msg}");
+    }
+
+    #[test]
+    fn set_overrides_with_types() {
+        let c = set("train.lr=3e-4").unwrap();
+        assert_eq!(c.train.lr, 3e-4);
+        assert_eq!(set("train.lr = 1").unwrap().train.lr, 1.0);
+        assert_eq!(set("model.n_layers=6").unwrap().model.n_layers, 6);
+        assert_eq!(set("model.n_kv_heads=2").unwrap().model.kv_heads(), 2);
+        assert!(!set("model.bias=false").unwrap().model.bias);
+        assert_eq!(set("model.norm=post").unwrap().model.norm, Norm::Post);
+        assert_eq!(
+            set("model.positional=\"rope\"").unwrap().model.positional,
+            Positional::Rope
+        );
+        assert_eq!(set("train.backend=wgpu").unwrap().train.backend, "wgpu");
+        assert_eq!(
+            set("data.tokenizer=byte").unwrap().data.tokenizer,
+            TokenizerKind::Byte
+        );
+        // A path TOML would read as a number is still a path.
+        assert_eq!(
+            set("data.path=2024").unwrap().data.path,
+            Some("2024".into())
+        );
+        // Setting one data source replaces the other.
+        let c = set("data.path=../shared/datasets/tinyshakespeare/input.txt").unwrap();
+        assert_eq!(c.data.builtin, None);
+        c.validate().unwrap();
+        let mut c = c;
+        c.apply_set("data.builtin=copy").unwrap();
+        assert_eq!(
+            c.data.source().unwrap(),
+            DataSource::Builtin(BuiltinCorpus::Copy)
+        );
+        // Other keys are untouched.
+        assert_eq!(c.model, RunConfig::default().model);
+    }
+
+    #[test]
+    fn set_errors() {
+        let msg = set("train.lr").unwrap_err().to_string();
+        assert!(
+            msg.contains("expected key=value, e.g. train.lr=3e-4"),
+            "{msg}"
+        );
+        assert!(matches!(set("=3"), Err(ConfigError::SetSyntax { .. })));
+
+        let msg = set("lr=3e-4").unwrap_err().to_string();
+        assert!(msg.contains("did you mean train.lr?"), "{msg}");
+
+        let msg = set("optim.lr=3e-4").unwrap_err().to_string();
+        assert!(
+            msg.contains("\"optim\"") && msg.contains("model, train, data"),
+            "{msg}"
+        );
+
+        let err = set("train.lrr=3e-4").unwrap_err();
+        let msg = err.to_string();
+        for part in [
+            "\"lrr\"",
+            "[train]",
+            "min_lr",
+            "batch_size",
+            "backend",
+            "did you mean train.lr?",
+        ] {
+            assert!(msg.contains(part), "{part:?} missing from {msg}");
+        }
+        // The key list comes from the struct: every field of TrainSection.
+        let ConfigError::SetUnknownKey { valid, .. } = err else {
+            panic!("wrong variant")
+        };
+        assert_eq!(valid.len(), 18);
+        assert_eq!(section_fields("model").unwrap().len(), 12);
+        assert_eq!(section_fields("data").unwrap().len(), 6);
+        assert!(matches!(
+            set("train.lr.x=1"),
+            Err(ConfigError::SetUnknownKey { .. })
+        ));
+
+        let msg = set("train.lr=fast").unwrap_err().to_string();
+        for part in ["train.lr", "\"fast\"", "f64", "current value: 0.001"] {
+            assert!(msg.contains(part), "{part:?} missing from {msg}");
+        }
+        let msg = set("train.batch_size=1.5").unwrap_err().to_string();
+        assert!(
+            msg.contains("usize") && msg.contains("current value: 12"),
+            "{msg}"
+        );
+        let msg = set("train.batch_size=-1").unwrap_err().to_string();
+        assert!(msg.contains("usize"), "{msg}");
+        let msg = set("model.positional=alibi").unwrap_err().to_string();
+        assert!(msg.contains("alibi") && msg.contains("rope"), "{msg}");
+        let msg = set("model.bias=maybe").unwrap_err().to_string();
+        assert!(msg.contains("boolean"), "{msg}");
+        // A failed set leaves the config unchanged.
+        let mut c = RunConfig::default();
+        assert!(c.apply_set("train.max_iters=lots").is_err());
+        assert_eq!(c, RunConfig::default());
+    }
+
+    #[test]
+    fn every_validation_error_names_its_field() {
+        // (override that breaks it, overrides applied first, field the message must name)
+        let cases = [
+            ("model.block_size=0", "", "model.block_size"),
+            ("model.d_model=0", "", "model.d_model"),
+            ("model.n_layers=0", "", "model.n_layers"),
+            ("model.n_heads=0", "", "model.n_heads"),
+            ("model.n_kv_heads=0", "", "model.n_kv_heads"),
+            ("model.d_ff=0", "", "model.d_ff"),
+            ("train.batch_size=0", "", "train.batch_size"),
+            ("train.max_iters=0", "", "train.max_iters"),
+            ("train.lr_decay_iters=0", "", "train.lr_decay_iters"),
+            ("train.grad_accum=0", "", "train.grad_accum"),
+            ("train.eval_interval=0", "", "train.eval_interval"),
+            ("train.eval_iters=0", "", "train.eval_iters"),
+            ("train.log_interval=0", "", "train.log_interval"),
+            ("data.builtin_chars=0", "", "data.builtin_chars"),
+            ("data.induction_len=0", "", "data.induction_len"),
+            ("model.d_model=130", "", "model.d_model = 130"),
+            ("model.n_kv_heads=3", "", "model.n_kv_heads = 3"),
+            (
+                "model.positional=rope",
+                "model.d_model=132;model.n_heads=12",
+                "model.positional",
+            ),
+            ("model.dropout=1.0", "", "model.dropout"),
+            ("model.dropout=-0.1", "", "model.dropout"),
+            ("train.lr=0", "", "train.lr"),
+            ("train.lr=-1e-3", "", "train.lr"),
+            ("train.lr=nan", "", "train.lr"),
+            ("train.min_lr=-1", "", "train.min_lr"),
+            ("train.min_lr=0.01", "", "train.min_lr"),
+            ("train.beta1=1", "", "train.beta1"),
+            ("train.beta2=1.5", "", "train.beta2"),
+            ("train.weight_decay=-0.1", "", "train.weight_decay"),
+            ("train.grad_clip=-1", "", "train.grad_clip"),
+            ("data.val_fraction=0", "", "data.val_fraction"),
+            ("data.val_fraction=1", "", "data.val_fraction"),
+            ("data.builtin=grammer", "", "data.builtin"),
+        ];
+        for (bad, before, field) in cases {
+            let mut c = RunConfig::default();
+            let before: Vec<&str> = before.split(';').filter(|s| !s.is_empty()).collect();
+            c.apply_sets(&before).unwrap();
+            c.validate()
+                .unwrap_or_else(|e| panic!("{before:?} alone: {e}"));
+            c.apply_set(bad).unwrap();
+            let msg = c.validate().expect_err(bad).to_string();
+            assert!(
+                msg.starts_with(field),
+                "{bad}: {msg:?} does not start with {field:?}"
+            );
+        }
+
+        let mut c = RunConfig::default();
+        c.data.path = Some("x.txt".into());
+        let msg = c.validate().unwrap_err().to_string();
+        assert!(
+            msg.contains("data.path") && msg.contains("data.builtin"),
+            "{msg}"
+        );
+        c.data.path = None;
+        c.data.builtin = None;
+        let msg = c.validate().unwrap_err().to_string();
+        assert!(
+            msg.contains("data.path") && msg.contains("data.builtin"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn validation_suggests_fixes() {
+        let c = set("model.d_model=130").unwrap();
+        let err = c.validate().unwrap_err();
+        assert_eq!(
+            err,
+            ValidationError::HeadsDontDivide {
+                d_model: 130,
+                n_heads: 4,
+                head_choices: vec![2, 5],
+                d_model_choices: vec![128, 132],
+            }
+        );
+        let msg = err.to_string();
+        assert!(
+            msg.contains("model.n_heads = 2 or 5") && msg.contains("(128 or 132)"),
+            "{msg}"
+        );
+
+        let mut c = RunConfig::default();
+        c.apply_sets(&["model.n_heads=8", "model.n_kv_heads=3"])
+            .unwrap();
+        let msg = c.validate().unwrap_err().to_string();
+        assert!(msg.contains("model.n_kv_heads = 1, 2, 4 or 8"), "{msg}");
+
+        let mut c = RunConfig::default();
+        c.apply_sets(&[
+            "model.positional=rope",
+            "model.d_model=66",
+            "model.n_heads=6",
+        ])
+        .unwrap();
+        let msg = c.validate().unwrap_err().to_string();
+        assert!(msg.contains("66 / 6 = 11"), "{msg}");
+        // An even head dimension is fine with rope.
+        c.apply_set("model.n_heads=3").unwrap();
+        c.validate().unwrap();
+
+        let msg = set("train.min_lr=0.01")
+            .unwrap()
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("0.01") && msg.contains("0.001"), "{msg}");
+    }
+
+    #[test]
+    fn helpers() {
+        assert_eq!(nearest_divisors(130, 4), vec![2, 5]);
+        assert_eq!(nearest_divisors(7, 9), vec![7]);
+        assert_eq!(nearest_multiples(3, 4), vec![4]);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(closest("n_head", &["n_heads", "n_layers"]), Some("n_heads"));
+        assert_eq!(closest("zzz", &["n_heads", "n_layers"]), None);
+        assert_eq!(join_or(&[1, 2, 3]), "1, 2 or 3");
+    }
+}

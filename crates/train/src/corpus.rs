@@ -1,0 +1,773 @@
+//! Built-in synthetic corpora, generated from a seed so runs need no downloads and every
+//! run with the same seed sees the same text.
+//!
+//! Each corpus exists to make one kind of attention head appear in a small model:
+//! - `grammar`: a toy English whose verbs agree with their subject across relative clauses
+//!   and prepositional phrases, plus PP-attachment ambiguities ("follows the spy with
+//!   binoculars"), for heads that link verbs to subjects and phrases to what they modify;
+//! - `induction`: random letters repeated once per line, for induction heads;
+//! - `copy`: `string|string` lines, for heads that copy from a fixed offset.
+
+use std::fmt;
+use std::str::FromStr;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+/// A built-in corpus (`data.builtin` in the config).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BuiltinCorpus {
+    Grammar,
+    Induction,
+    Copy,
+}
+
+/// An unknown corpus name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown built-in corpus {name:?}; valid corpora: grammar, induction, copy")]
+pub struct UnknownCorpus {
+    pub name: String,
+}
+
+impl BuiltinCorpus {
+    pub const ALL: [BuiltinCorpus; 3] = [
+        BuiltinCorpus::Grammar,
+        BuiltinCorpus::Induction,
+        BuiltinCorpus::Copy,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            BuiltinCorpus::Grammar => "grammar",
+            BuiltinCorpus::Induction => "induction",
+            BuiltinCorpus::Copy => "copy",
+        }
+    }
+
+    /// Generates about `n_chars` characters (whole lines or sentences only, so the text is
+    /// at least `n_chars` long unless `n_chars` is 0). `seq_len` is the sequence length of
+    /// `induction` and the longest string of `copy`; `grammar` ignores it.
+    pub fn generate(self, seed: u64, n_chars: usize, seq_len: usize) -> String {
+        match self {
+            BuiltinCorpus::Grammar => grammar(seed, n_chars),
+            BuiltinCorpus::Induction => induction(seed, n_chars, seq_len),
+            BuiltinCorpus::Copy => copy(seed, n_chars, seq_len),
+        }
+    }
+}
+
+impl fmt::Display for BuiltinCorpus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for BuiltinCorpus {
+    type Err = UnknownCorpus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|c| c.name() == s)
+            .ok_or_else(|| UnknownCorpus {
+                name: s.to_string(),
+            })
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Grammar
+// ---------------------------------------------------------------------------------------
+
+/// A word with a singular and a plural form (nouns, and present-tense verbs whose
+/// singular is the third person: "sees" / "see").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Inflected {
+    pub singular: &'static str,
+    pub plural: &'static str,
+}
+
+impl Inflected {
+    pub fn form(self, plural: bool) -> &'static str {
+        if plural { self.plural } else { self.singular }
+    }
+}
+
+const fn w(singular: &'static str, plural: &'static str) -> Inflected {
+    Inflected { singular, plural }
+}
+
+/// Animate nouns: subjects and objects. Irregular plurals (men, children, spies) make the
+/// model learn number per word rather than from a trailing "s".
+pub const NOUNS: [Inflected; 8] = [
+    w("dog", "dogs"),
+    w("cat", "cats"),
+    w("bird", "birds"),
+    w("man", "men"),
+    w("child", "children"),
+    w("teacher", "teachers"),
+    w("detective", "detectives"),
+    w("spy", "spies"),
+];
+pub const TRANSITIVE_VERBS: [Inflected; 6] = [
+    w("sees", "see"),
+    w("likes", "like"),
+    w("follows", "follow"),
+    w("chases", "chase"),
+    w("watches", "watch"),
+    w("finds", "find"),
+];
+pub const INTRANSITIVE_VERBS: [Inflected; 5] = [
+    w("runs", "run"),
+    w("sleeps", "sleep"),
+    w("sings", "sing"),
+    w("waits", "wait"),
+    w("smiles", "smile"),
+];
+/// All start with a consonant, so "a" never needs to be "an".
+pub const ADJECTIVES: [&str; 6] = ["small", "big", "tall", "young", "happy", "quiet"];
+/// "the" fits both numbers, so the noun alone must carry number.
+pub const NEUTRAL_DETERMINERS: [&str; 1] = ["the"];
+pub const SINGULAR_DETERMINERS: [&str; 2] = ["a", "every"];
+pub const PLURAL_DETERMINERS: [&str; 2] = ["some", "two"];
+/// Prepositions of phrases that modify a subject ("the dog near the cats runs").
+pub const PREPOSITIONS: [&str; 3] = ["near", "behind", "beside"];
+/// What follows "with" in an attachment ambiguity: instruments (binoculars modify the
+/// verb) and attributes (a hat modifies the object); the text never says which.
+pub const WITH_PHRASES: [&str; 6] = [
+    "binoculars",
+    "a telescope",
+    "a camera",
+    "a hat",
+    "a scarf",
+    "an umbrella",
+];
+
+/// The shape of a grammar sentence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SentenceKind {
+    /// "the dogs run"
+    Intransitive,
+    /// "a cat sees the birds"
+    Transitive,
+    /// "the dogs that see the cat run": the head noun is the relative verb's subject.
+    SubjectRelative,
+    /// "the dogs that the cat sees run": the relative verb agrees with the inner subject
+    /// and the main verb with the head noun across it.
+    ObjectRelative,
+    /// "the dog near the cats runs"
+    PrepositionalSubject,
+    /// "the detective follows the spy with binoculars"
+    AttachmentAmbiguity,
+}
+
+/// One generated sentence with the facts a probe or test needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrammarSentence {
+    /// Space-separated words ending in "." (no separator after it).
+    pub text: String,
+    pub kind: SentenceKind,
+    /// Number of the head noun of the subject.
+    pub subject_plural: bool,
+    /// Index of the main verb among the whitespace-separated words of `text`.
+    pub main_verb: usize,
+}
+
+/// `n_chars` or more characters of grammar text: sentences end in "." and are separated
+/// by a space or (one time in four) a newline.
+pub fn grammar(seed: u64, n_chars: usize) -> String {
+    generate_grammar(seed, n_chars).0
+}
+
+/// The sentences of [`grammar`] with the same seed, in order.
+pub fn grammar_sentences(seed: u64, n_chars: usize) -> Vec<GrammarSentence> {
+    generate_grammar(seed, n_chars).1
+}
+
+fn generate_grammar(seed: u64, n_chars: usize) -> (String, Vec<GrammarSentence>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut text = String::with_capacity(n_chars + 64);
+    let mut sentences = Vec::new();
+    while text.len() < n_chars {
+        if !text.is_empty() {
+            text.push(if rng.random_range(0..4) == 0 {
+                '\n'
+            } else {
+                ' '
+            });
+        }
+        let s = sentence(&mut rng);
+        text.push_str(&s.text);
+        sentences.push(s);
+    }
+    (text, sentences)
+}
+
+fn pick<T: Copy>(rng: &mut StdRng, items: &[T]) -> T {
+    items[rng.random_range(0..items.len())]
+}
+
+/// Pushes "det adj? noun" with the given number.
+fn noun_phrase(rng: &mut StdRng, words: &mut Vec<&'static str>, plural: bool) {
+    // "the" is the commonest determiner, as in English.
+    let det = if rng.random_bool(0.6) {
+        pick(rng, &NEUTRAL_DETERMINERS)
+    } else if plural {
+        pick(rng, &PLURAL_DETERMINERS)
+    } else {
+        pick(rng, &SINGULAR_DETERMINERS)
+    };
+    words.push(det);
+    if rng.random_bool(0.3) {
+        words.push(pick(rng, &ADJECTIVES));
+    }
+    words.push(pick(rng, &NOUNS).form(plural));
+}
+
+fn sentence(rng: &mut StdRng) -> GrammarSentence {
+    let subject_plural = rng.random_bool(0.5);
+    let mut words = Vec::with_capacity(16);
+    noun_phrase(rng, &mut words, subject_plural);
+    let kind = match rng.random_range(0..100) {
+        0..15 => SentenceKind::Intransitive,
+        15..30 => SentenceKind::Transitive,
+        30..48 => SentenceKind::SubjectRelative,
+        48..66 => SentenceKind::ObjectRelative,
+        66..82 => SentenceKind::PrepositionalSubject,
+        _ => SentenceKind::AttachmentAmbiguity,
+    };
+    // The noun between subject and main verb has a random number, so half the time it
+    // is an attractor of the wrong number.
+    let inner_plural = rng.random_bool(0.5);
+    match kind {
+        SentenceKind::SubjectRelative => {
+            words.push("that");
+            words.push(pick(rng, &TRANSITIVE_VERBS).form(subject_plural));
+            noun_phrase(rng, &mut words, inner_plural);
+        }
+        SentenceKind::ObjectRelative => {
+            words.push("that");
+            noun_phrase(rng, &mut words, inner_plural);
+            words.push(pick(rng, &TRANSITIVE_VERBS).form(inner_plural));
+        }
+        SentenceKind::PrepositionalSubject => {
+            words.push(pick(rng, &PREPOSITIONS));
+            noun_phrase(rng, &mut words, inner_plural);
+        }
+        _ => {}
+    }
+    let main_verb = words.len();
+    let transitive = match kind {
+        SentenceKind::Intransitive => false,
+        SentenceKind::Transitive | SentenceKind::AttachmentAmbiguity => true,
+        _ => rng.random_bool(0.5),
+    };
+    if transitive {
+        words.push(pick(rng, &TRANSITIVE_VERBS).form(subject_plural));
+        let object_plural = rng.random_bool(0.5);
+        noun_phrase(rng, &mut words, object_plural);
+        if kind == SentenceKind::AttachmentAmbiguity {
+            words.push("with");
+            words.push(pick(rng, &WITH_PHRASES));
+        }
+    } else {
+        words.push(pick(rng, &INTRANSITIVE_VERBS).form(subject_plural));
+    }
+    GrammarSentence {
+        text: words.join(" ") + ".",
+        kind,
+        subject_plural,
+        main_verb,
+    }
+}
+
+/// Why a sentence is not in the grammar.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrammarError {
+    #[error("word {index} {word:?}: expected {expected}")]
+    Unexpected {
+        index: usize,
+        word: String,
+        expected: &'static str,
+    },
+    #[error("sentence ends early: expected {expected}")]
+    EarlyEnd { expected: &'static str },
+    #[error(
+        "word {index} {word:?} is {} but its {subject} is {}",
+        number(.word_plural), opposite_number(.word_plural)
+    )]
+    Disagreement {
+        index: usize,
+        word: String,
+        word_plural: bool,
+        /// "subject" or "noun" (for determiners).
+        subject: &'static str,
+    },
+}
+
+fn number(plural: &bool) -> &'static str {
+    if *plural { "plural" } else { "singular" }
+}
+
+fn opposite_number(plural: &bool) -> &'static str {
+    number(&!*plural)
+}
+
+/// What [`parse_sentence`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Parse {
+    pub kind: SentenceKind,
+    pub subject_plural: bool,
+    pub main_verb: usize,
+}
+
+/// Parses one sentence (trailing "." optional) with the grammar's word lists alone and
+/// checks every agreement: determiner–noun, relative verb–its subject, main verb–head
+/// noun. Independent of the generator, so it catches generator bugs.
+pub fn parse_sentence(sentence: &str) -> Result<Parse, GrammarError> {
+    let sentence = sentence.trim();
+    let sentence = sentence.strip_suffix('.').unwrap_or(sentence);
+    let words: Vec<&str> = sentence.split_whitespace().collect();
+    let mut p = Parser {
+        words: &words,
+        i: 0,
+    };
+
+    let subject_plural = p.noun_phrase()?;
+    let mut kind = None;
+    if p.peek() == Some("that") {
+        p.i += 1;
+        if p.peek().is_some_and(|w| determiner_number(w).is_some()) {
+            let inner = p.noun_phrase()?;
+            p.verb(true, inner, "subject")?;
+            kind = Some(SentenceKind::ObjectRelative);
+        } else {
+            p.verb(true, subject_plural, "subject")?;
+            p.noun_phrase()?;
+            kind = Some(SentenceKind::SubjectRelative);
+        }
+    } else if p.peek().is_some_and(|w| PREPOSITIONS.contains(&w)) {
+        p.i += 1;
+        p.noun_phrase()?;
+        kind = Some(SentenceKind::PrepositionalSubject);
+    }
+    let main_verb = p.i;
+    let transitive = p.any_verb(subject_plural)?;
+    if transitive {
+        p.noun_phrase()?;
+        if p.peek() == Some("with") {
+            p.i += 1;
+            let rest = words[p.i..].join(" ");
+            if !WITH_PHRASES.contains(&rest.as_str()) {
+                return Err(p.unexpected("an instrument or attribute after \"with\""));
+            }
+            p.i = words.len();
+            if kind.is_some() {
+                return Err(GrammarError::Unexpected {
+                    index: main_verb,
+                    word: words[main_verb].to_string(),
+                    expected: "no \"with\" phrase after a complex subject",
+                });
+            }
+            kind = Some(SentenceKind::AttachmentAmbiguity);
+        }
+    }
+    if p.i < words.len() {
+        return Err(p.unexpected("the end of the sentence"));
+    }
+    let kind = kind.unwrap_or(if transitive {
+        SentenceKind::Transitive
+    } else {
+        SentenceKind::Intransitive
+    });
+    Ok(Parse {
+        kind,
+        subject_plural,
+        main_verb,
+    })
+}
+
+/// True when `sentence` is in the grammar and every verb agrees with its subject.
+pub fn check_agreement(sentence: &str) -> bool {
+    parse_sentence(sentence).is_ok()
+}
+
+fn determiner_number(word: &str) -> Option<Option<bool>> {
+    if NEUTRAL_DETERMINERS.contains(&word) {
+        Some(None)
+    } else if SINGULAR_DETERMINERS.contains(&word) {
+        Some(Some(false))
+    } else if PLURAL_DETERMINERS.contains(&word) {
+        Some(Some(true))
+    } else {
+        None
+    }
+}
+
+/// The number of `word` if it is one of the forms in `list`.
+fn inflection(list: &[Inflected], word: &str) -> Option<bool> {
+    list.iter().find_map(|x| {
+        if x.singular == word {
+            Some(false)
+        } else if x.plural == word {
+            Some(true)
+        } else {
+            None
+        }
+    })
+}
+
+struct Parser<'a> {
+    words: &'a [&'a str],
+    i: usize,
+}
+
+impl<'a> Parser<'a> {
+    fn peek(&self) -> Option<&'a str> {
+        self.words.get(self.i).copied()
+    }
+
+    fn unexpected(&self, expected: &'static str) -> GrammarError {
+        match self.peek() {
+            Some(word) => GrammarError::Unexpected {
+                index: self.i,
+                word: word.to_string(),
+                expected,
+            },
+            None => GrammarError::EarlyEnd { expected },
+        }
+    }
+
+    fn next(&mut self, expected: &'static str) -> Result<&'a str, GrammarError> {
+        let word = self.peek().ok_or(GrammarError::EarlyEnd { expected })?;
+        self.i += 1;
+        Ok(word)
+    }
+
+    /// "det adj* noun"; returns the noun's number.
+    fn noun_phrase(&mut self) -> Result<bool, GrammarError> {
+        let det_index = self.i;
+        let det = self
+            .peek()
+            .and_then(determiner_number)
+            .ok_or_else(|| self.unexpected("a determiner"))?;
+        self.i += 1;
+        while self.peek().is_some_and(|w| ADJECTIVES.contains(&w)) {
+            self.i += 1;
+        }
+        let index = self.i;
+        let noun = self.next("a noun")?;
+        let plural = inflection(&NOUNS, noun).ok_or(GrammarError::Unexpected {
+            index,
+            word: noun.to_string(),
+            expected: "a noun",
+        })?;
+        match det {
+            Some(det_plural) if det_plural != plural => Err(GrammarError::Disagreement {
+                index: det_index,
+                word: self.words[det_index].to_string(),
+                word_plural: det_plural,
+                subject: "noun",
+            }),
+            _ => Ok(plural),
+        }
+    }
+
+    /// A verb (transitive only if `transitive_only`) agreeing with `subject_plural`.
+    fn verb(
+        &mut self,
+        transitive_only: bool,
+        subject_plural: bool,
+        subject: &'static str,
+    ) -> Result<bool, GrammarError> {
+        let index = self.i;
+        let expected = if transitive_only {
+            "a transitive verb"
+        } else {
+            "a verb"
+        };
+        let word = self.next(expected)?;
+        let (transitive, plural) = match inflection(&TRANSITIVE_VERBS, word) {
+            Some(p) => (true, p),
+            None => match inflection(&INTRANSITIVE_VERBS, word) {
+                Some(p) if !transitive_only => (false, p),
+                _ => {
+                    return Err(GrammarError::Unexpected {
+                        index,
+                        word: word.to_string(),
+                        expected,
+                    });
+                }
+            },
+        };
+        if plural != subject_plural {
+            return Err(GrammarError::Disagreement {
+                index,
+                word: word.to_string(),
+                word_plural: plural,
+                subject,
+            });
+        }
+        Ok(transitive)
+    }
+
+    fn any_verb(&mut self, subject_plural: bool) -> Result<bool, GrammarError> {
+        self.verb(false, subject_plural, "subject")
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Induction and copy
+// ---------------------------------------------------------------------------------------
+
+fn random_letters(rng: &mut StdRng, len: usize, out: &mut String) {
+    for _ in 0..len {
+        out.push(char::from(b'a' + rng.random_range(0..26u8)));
+    }
+}
+
+/// Lines of `len` random letters a–z followed by the same letters again: the second half
+/// is predictable only by looking back at what followed the current letter before.
+/// `len` 0 is treated as 1.
+pub fn induction(seed: u64, n_chars: usize, len: usize) -> String {
+    let len = len.max(1);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut text = String::with_capacity(n_chars + 2 * len + 1);
+    let mut seq = String::with_capacity(len);
+    while text.len() < n_chars {
+        seq.clear();
+        random_letters(&mut rng, len, &mut seq);
+        text.push_str(&seq);
+        text.push_str(&seq);
+        text.push('\n');
+    }
+    text
+}
+
+/// Lines `s|s` where `s` is random letters a–z of a random length in
+/// `max(1, max_len / 2) ..= max_len`; varying the length makes the copy offset vary, so
+/// a head must find the separator instead of using a fixed distance. `max_len` 0 is
+/// treated as 1.
+pub fn copy(seed: u64, n_chars: usize, max_len: usize) -> String {
+    let max_len = max_len.max(1);
+    let min_len = (max_len / 2).max(1);
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut text = String::with_capacity(n_chars + 2 * max_len + 2);
+    let mut s = String::with_capacity(max_len);
+    while text.len() < n_chars {
+        s.clear();
+        let len = rng.random_range(min_len..=max_len);
+        random_letters(&mut rng, len, &mut s);
+        text.push_str(&s);
+        text.push('|');
+        text.push_str(&s);
+        text.push('\n');
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{HashMap, HashSet};
+
+    /// Splits grammar text back into sentences on the separators it promises.
+    fn split_sentences(text: &str) -> Vec<&str> {
+        text.split_inclusive(['.'])
+            .map(|s| s.trim_start_matches([' ', '\n']))
+            .collect()
+    }
+
+    #[test]
+    fn names_round_trip_and_unknown_lists_valid() {
+        for c in BuiltinCorpus::ALL {
+            assert_eq!(c.to_string().parse::<BuiltinCorpus>().unwrap(), c);
+        }
+        assert_eq!(
+            "induction".parse::<BuiltinCorpus>(),
+            Ok(BuiltinCorpus::Induction)
+        );
+        let msg = "grammer".parse::<BuiltinCorpus>().unwrap_err().to_string();
+        for part in ["grammer", "grammar", "induction", "copy"] {
+            assert!(msg.contains(part), "{part} missing from {msg}");
+        }
+    }
+
+    #[test]
+    fn same_seed_same_text_other_seed_other_text() {
+        for c in BuiltinCorpus::ALL {
+            let a = c.generate(7, 5_000, 16);
+            assert_eq!(a, c.generate(7, 5_000, 16), "{c}");
+            assert_ne!(a, c.generate(8, 5_000, 16), "{c}");
+            assert!(a.len() >= 5_000 && a.len() < 5_200, "{c}: {}", a.len());
+            assert!(a.is_ascii(), "{c}");
+        }
+        assert_eq!(grammar(3, 0), "");
+    }
+
+    #[test]
+    fn lexicon_forms_are_unambiguous() {
+        // A form in two roles (say a noun that is also a verb) would make number or role
+        // unrecoverable from the text.
+        let mut seen = HashSet::new();
+        let all = NOUNS
+            .iter()
+            .chain(&TRANSITIVE_VERBS)
+            .chain(&INTRANSITIVE_VERBS)
+            .flat_map(|x| [x.singular, x.plural])
+            .chain(ADJECTIVES)
+            .chain(NEUTRAL_DETERMINERS)
+            .chain(SINGULAR_DETERMINERS)
+            .chain(PLURAL_DETERMINERS)
+            .chain(PREPOSITIONS)
+            .chain(["that", "with"]);
+        for word in all {
+            assert!(seen.insert(word), "{word} appears twice");
+        }
+        assert!(seen.len() <= 80, "vocabulary too big: {}", seen.len());
+    }
+
+    #[test]
+    fn every_generated_sentence_agrees() {
+        let text = grammar(1, 300_000);
+        let sentences = split_sentences(&text);
+        assert!(sentences.len() > 5_000, "{}", sentences.len());
+        let mut kinds = HashMap::new();
+        let mut attractor_mismatches = 0;
+        for s in &sentences {
+            let parse = parse_sentence(s).unwrap_or_else(|e| panic!("{s:?}: {e}"));
+            *kinds.entry(parse.kind).or_insert(0usize) += 1;
+            // Count relative/prepositional sentences whose inner noun differs in number
+            // from the head noun: the cases that test agreement across an attractor.
+            if matches!(
+                parse.kind,
+                SentenceKind::ObjectRelative
+                    | SentenceKind::SubjectRelative
+                    | SentenceKind::PrepositionalSubject
+            ) {
+                let words: Vec<&str> = s.trim_end_matches('.').split(' ').collect();
+                let inner = words[..parse.main_verb]
+                    .iter()
+                    .skip(2)
+                    .filter_map(|w| inflection(&NOUNS, w))
+                    .next_back();
+                if inner.is_some_and(|p| p != parse.subject_plural) {
+                    attractor_mismatches += 1;
+                }
+            }
+        }
+        assert_eq!(kinds.len(), 6, "{kinds:?}");
+        assert!(
+            attractor_mismatches > sentences.len() / 5,
+            "{attractor_mismatches}"
+        );
+    }
+
+    #[test]
+    fn structured_sentences_match_text_and_parser() {
+        let text = grammar(9, 20_000);
+        let sentences = grammar_sentences(9, 20_000);
+        assert_eq!(
+            split_sentences(&text),
+            sentences
+                .iter()
+                .map(|s| s.text.as_str())
+                .collect::<Vec<_>>()
+        );
+        for s in &sentences {
+            let parse = parse_sentence(&s.text).unwrap();
+            assert_eq!(parse.kind, s.kind, "{}", s.text);
+            assert_eq!(parse.subject_plural, s.subject_plural, "{}", s.text);
+            assert_eq!(parse.main_verb, s.main_verb, "{}", s.text);
+        }
+        assert!(text.contains(". ") && text.contains(".\n"));
+    }
+
+    #[test]
+    fn parser_rejects_broken_agreement() {
+        for good in [
+            "the dogs that the cat sees run.",
+            "the dog that sees the cats runs",
+            "the dog near the cats runs.",
+            "some children that every spy follows like the small bird.",
+            "the detective follows the spy with binoculars.",
+            "a man watches two birds with a telescope",
+        ] {
+            assert!(check_agreement(good), "{good}");
+        }
+        for bad in [
+            // main verb agrees with the attractor instead of the head noun
+            "the dogs that the cat sees runs.",
+            "the dog near the cats run.",
+            "the dog that sees the cats run.",
+            // relative verb disagrees with its own subject
+            "the dogs that the cat see run.",
+            "the dogs that sees the cat run.",
+            // determiner disagrees with its noun
+            "a dogs run.",
+            "every big dogs run.",
+            "two dog runs.",
+            // not in the grammar
+            "the dog runs the cat.",
+            "the dog sees.",
+            "the dog sees the cat with a dog.",
+            "dog runs.",
+            "the dog runs quickly.",
+        ] {
+            assert!(!check_agreement(bad), "{bad}");
+        }
+        let err = parse_sentence("the dogs that the cat sees runs.").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "word 6 \"runs\" is singular but its subject is plural"
+        );
+    }
+
+    #[test]
+    fn attachment_ambiguities_appear() {
+        let text = grammar(2, 50_000);
+        let ambiguous = split_sentences(&text)
+            .into_iter()
+            .filter(|s| s.contains(" with "))
+            .collect::<Vec<_>>();
+        assert!(ambiguous.len() > 50, "{}", ambiguous.len());
+        assert!(
+            ambiguous.iter().any(|s| s.ends_with("with binoculars.")),
+            "{ambiguous:?}"
+        );
+        // Instruments and attributes both occur after "with".
+        assert!(ambiguous.iter().any(|s| s.ends_with("with a hat.")));
+    }
+
+    #[test]
+    fn induction_lines_repeat() {
+        let text = induction(5, 10_000, 16);
+        let mut distinct = HashSet::new();
+        for line in text.lines() {
+            assert_eq!(line.len(), 32, "{line}");
+            let (a, b) = line.split_at(16);
+            assert_eq!(a, b);
+            assert!(a.bytes().all(|c| c.is_ascii_lowercase()), "{line}");
+            distinct.insert(a.to_string());
+        }
+        assert!(text.ends_with('\n'));
+        assert!(distinct.len() > 250, "{}", distinct.len());
+        let short = induction(5, 100, 3);
+        assert!(short.lines().all(|l| l.len() == 6 && l[..3] == l[3..]));
+    }
+
+    #[test]
+    fn copy_lines_copy() {
+        let text = copy(11, 10_000, 10);
+        let mut lengths = HashSet::new();
+        for line in text.lines() {
+            let (a, b) = line.split_once('|').unwrap();
+            assert_eq!(a, b);
+            assert!((5..=10).contains(&a.len()), "{line}");
+            assert!(a.bytes().all(|c| c.is_ascii_lowercase()), "{line}");
+            lengths.insert(a.len());
+        }
+        assert_eq!(lengths.len(), 6);
+        assert!(copy(1, 10, 0).lines().all(|l| l.len() == 3));
+    }
+}

@@ -1,0 +1,503 @@
+//! Token data: load text, tokenize, split train/val like nanoGPT, and sample batches.
+//!
+//! Deliberately free of Burn: batches are flat `Vec<u32>` in row-major `[batch, time]`
+//! order, so everything here is testable without a backend; the trainer turns them into
+//! tensors.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use rand::Rng;
+
+use crate::config::{DataSection, DataSource, ValidationError};
+use crate::corpus::BuiltinCorpus;
+use crate::tokenizer::{Tokenizer, TokenizerError, TokenizerKind};
+
+/// Which part of the data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Split {
+    Train,
+    Val,
+}
+
+impl Split {
+    pub const ALL: [Split; 2] = [Split::Train, Split::Val];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Split::Train => "train",
+            Split::Val => "val",
+        }
+    }
+}
+
+impl fmt::Display for Split {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Errors from loading data or drawing batches.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    #[error("cannot read dataset {}: {source}{}", path.display(), cwd_hint(path))]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("dataset {} is empty", path.display())]
+    Empty { path: PathBuf },
+    #[error(
+        "dataset {} is not valid UTF-8: the first invalid byte is at byte offset {offset} \
+         (line {line}); convert the file to UTF-8 (e.g. iconv -f latin1 -t utf-8)",
+        path.display()
+    )]
+    NotUtf8 {
+        path: PathBuf,
+        offset: usize,
+        line: usize,
+    },
+    #[error("cannot tokenize {source_name}: {source}")]
+    Tokenize {
+        source_name: String,
+        source: TokenizerError,
+    },
+    #[error("data.val_fraction = {0} must be strictly between 0 and 1")]
+    ValFraction(f64),
+    #[error(
+        "the {split} split has {len} tokens, but model.block_size = {block_size} needs at least \
+         {} (a window plus its next-token target); lower model.block_size to at most {} or use \
+         more data (a longer file, a larger data.builtin_chars{})",
+        block_size + 1,
+        len.saturating_sub(1),
+        val_hint(split)
+    )]
+    TooShort {
+        split: Split,
+        len: usize,
+        block_size: usize,
+    },
+    #[error(transparent)]
+    Config(#[from] ValidationError),
+}
+
+fn val_hint(split: &Split) -> &'static str {
+    match split {
+        Split::Val => ", or a larger data.val_fraction",
+        Split::Train => "",
+    }
+}
+
+fn cwd_hint(path: &Path) -> String {
+    match std::env::current_dir() {
+        Ok(cwd) if path.is_relative() => {
+            format!(
+                " (relative paths start from the current directory {})",
+                cwd.display()
+            )
+        }
+        _ => String::new(),
+    }
+}
+
+/// Tokenized text split into a training prefix and a validation suffix.
+#[derive(Debug, Clone)]
+pub struct Dataset {
+    tokenizer: Tokenizer,
+    train: Vec<u32>,
+    val: Vec<u32>,
+    description: String,
+}
+
+impl Dataset {
+    /// Tokenizes `text` with a new tokenizer of `kind` (a char vocabulary is built from
+    /// the whole text, as nanoGPT does) and splits it.
+    pub fn from_text(
+        text: &str,
+        kind: TokenizerKind,
+        val_fraction: f64,
+        description: impl Into<String>,
+    ) -> Result<Self, DataError> {
+        let description = description.into();
+        let tokenizer =
+            Tokenizer::for_corpus(kind, text).map_err(|source| DataError::Tokenize {
+                source_name: description.clone(),
+                source,
+            })?;
+        Self::with_tokenizer(text, tokenizer, val_fraction, description)
+    }
+
+    /// Tokenizes `text` with an existing tokenizer (for example one loaded from a run
+    /// directory, so ids match a checkpoint) and splits it.
+    pub fn with_tokenizer(
+        text: &str,
+        tokenizer: Tokenizer,
+        val_fraction: f64,
+        description: impl Into<String>,
+    ) -> Result<Self, DataError> {
+        let description = description.into();
+        if !(val_fraction > 0.0 && val_fraction < 1.0) {
+            return Err(DataError::ValFraction(val_fraction));
+        }
+        let mut train = tokenizer
+            .encode(text)
+            .map_err(|source| DataError::Tokenize {
+                source_name: description.clone(),
+                source,
+            })?;
+        let n_train = train_len(train.len(), val_fraction);
+        let val = train.split_off(n_train);
+        Ok(Self {
+            tokenizer,
+            train,
+            val,
+            description,
+        })
+    }
+
+    /// Reads a UTF-8 text file and tokenizes it (see [`Dataset::from_text`]).
+    pub fn from_file(
+        path: impl AsRef<Path>,
+        kind: TokenizerKind,
+        val_fraction: f64,
+    ) -> Result<Self, DataError> {
+        let path = path.as_ref();
+        let text = read_text(path)?;
+        Self::from_text(&text, kind, val_fraction, path.display().to_string())
+    }
+
+    /// Generates a built-in corpus and tokenizes it.
+    pub fn from_builtin(
+        corpus: BuiltinCorpus,
+        seed: u64,
+        n_chars: usize,
+        seq_len: usize,
+        kind: TokenizerKind,
+        val_fraction: f64,
+    ) -> Result<Self, DataError> {
+        let text = corpus.generate(seed, n_chars, seq_len);
+        let description = format!(
+            "built-in {corpus} corpus (seed {seed}, {} chars)",
+            text.len()
+        );
+        Self::from_text(&text, kind, val_fraction, description)
+    }
+
+    /// Loads what `[data]` describes; `seed` seeds built-in corpora.
+    pub fn from_config(data: &DataSection, seed: u64) -> Result<Self, DataError> {
+        match data.source()? {
+            DataSource::File(path) => Self::from_file(path, data.tokenizer, data.val_fraction),
+            DataSource::Builtin(corpus) => Self::from_builtin(
+                corpus,
+                seed,
+                data.builtin_chars,
+                data.induction_len,
+                data.tokenizer,
+                data.val_fraction,
+            ),
+        }
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Where the data came from, for logs.
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    pub fn tokens(&self, split: Split) -> &[u32] {
+        match split {
+            Split::Train => &self.train,
+            Split::Val => &self.val,
+        }
+    }
+
+    pub fn len(&self, split: Split) -> usize {
+        self.tokens(split).len()
+    }
+
+    /// Errors unless both splits hold at least one window of `block_size` tokens plus a
+    /// target; check once before training rather than failing at the first evaluation.
+    pub fn check_block_size(&self, block_size: usize) -> Result<(), DataError> {
+        for split in Split::ALL {
+            let len = self.len(split);
+            if len < block_size + 1 {
+                return Err(DataError::TooShort {
+                    split,
+                    len,
+                    block_size,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// `batch_size` random windows of `split`: `x` is `[batch_size, block_size]` row-major
+    /// and `y` is `x` shifted one token ahead (each position's next-token target). Window
+    /// starts are uniform over every start that leaves room for the target, as in
+    /// nanoGPT's `get_batch`.
+    pub fn sample_batch<R: Rng + ?Sized>(
+        &self,
+        split: Split,
+        batch_size: usize,
+        block_size: usize,
+        rng: &mut R,
+    ) -> Result<(Vec<u32>, Vec<u32>), DataError> {
+        let data = self.tokens(split);
+        if data.len() < block_size + 1 {
+            return Err(DataError::TooShort {
+                split,
+                len: data.len(),
+                block_size,
+            });
+        }
+        let mut x = Vec::with_capacity(batch_size * block_size);
+        let mut y = Vec::with_capacity(batch_size * block_size);
+        for _ in 0..batch_size {
+            let start = rng.random_range(0..data.len() - block_size);
+            x.extend_from_slice(&data[start..start + block_size]);
+            y.extend_from_slice(&data[start + 1..start + 1 + block_size]);
+        }
+        Ok((x, y))
+    }
+}
+
+/// Tokens in the training split: `int(n * (1 - val_fraction))`, nanoGPT's
+/// `data[:int(n*0.9)]` for the default 0.1.
+pub fn train_len(n: usize, val_fraction: f64) -> usize {
+    ((n as f64 * (1.0 - val_fraction)) as usize).min(n)
+}
+
+/// Reads a whole file as UTF-8, with errors that say which file and where it goes wrong.
+pub fn read_text(path: &Path) -> Result<String, DataError> {
+    let bytes = std::fs::read(path).map_err(|source| DataError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if bytes.is_empty() {
+        return Err(DataError::Empty {
+            path: path.to_path_buf(),
+        });
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to();
+        let line = 1 + e.as_bytes()[..offset]
+            .iter()
+            .filter(|&&b| b == b'\n')
+            .count();
+        DataError::NotUtf8 {
+            path: path.to_path_buf(),
+            offset,
+            line,
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+
+    fn temp_file(name: &str, bytes: &[u8]) -> PathBuf {
+        let path = std::env::temp_dir().join(format!("headlab-data-{}-{name}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// `n` distinct characters, half train and half val, so a window identifies its
+    /// position.
+    fn distinct_dataset(n: u32) -> Dataset {
+        let text: String = (0..n).filter_map(|i| char::from_u32(0x100 + i)).collect();
+        Dataset::from_text(&text, TokenizerKind::Char, 0.5, "distinct").unwrap()
+    }
+
+    #[test]
+    fn split_is_nanogpt_90_10() {
+        // nanoGPT's prepare.py on tiny-shakespeare: "train has 1,003,854 tokens",
+        // "val has 111,540 tokens".
+        assert_eq!(train_len(1_115_394, 0.1), 1_003_854);
+        assert_eq!(train_len(10, 0.1), 9);
+        assert_eq!(train_len(3, 0.5), 1);
+
+        let text = "abcdefghij";
+        let d = Dataset::from_text(text, TokenizerKind::Char, 0.1, "t").unwrap();
+        assert_eq!(d.tokenizer().decode(d.tokens(Split::Train)), "abcdefghi");
+        assert_eq!(d.tokenizer().decode(d.tokens(Split::Val)), "j");
+    }
+
+    #[test]
+    fn real_shakespeare_matches_nanogpt() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../shared/datasets/tinyshakespeare/input.txt");
+        if !path.exists() {
+            eprintln!("skipped: {} not present", path.display());
+            return;
+        }
+        let d = Dataset::from_file(&path, TokenizerKind::Char, 0.1).unwrap();
+        assert_eq!(d.tokenizer().vocab_size(), 65);
+        assert_eq!(d.len(Split::Train), 1_003_854);
+        assert_eq!(d.len(Split::Val), 111_540);
+        // nanoGPT's meta.pkl: itos[0] = '\n', itos[1] = ' '.
+        assert_eq!(d.tokenizer().decode(&[0, 1]), "\n ");
+        // "First Citizen" as in nanoGPT / Karpathy's "Let's build GPT".
+        assert_eq!(
+            &d.tokens(Split::Train)[..13],
+            &[18, 47, 56, 57, 58, 1, 15, 47, 58, 47, 64, 43, 52]
+        );
+    }
+
+    #[test]
+    fn file_errors_name_the_path() {
+        let missing = std::env::temp_dir().join("headlab-no-such-dataset.txt");
+        let msg = Dataset::from_file(&missing, TokenizerKind::Char, 0.1)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains(&missing.display().to_string()), "{msg}");
+        let msg = Dataset::from_file("no/such/file.txt", TokenizerKind::Char, 0.1)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.contains("no/such/file.txt") && msg.contains("current directory"),
+            "{msg}"
+        );
+
+        let empty = temp_file("empty.txt", b"");
+        let err = Dataset::from_file(&empty, TokenizerKind::Char, 0.1).unwrap_err();
+        std::fs::remove_file(&empty).unwrap();
+        assert!(matches!(err, DataError::Empty { .. }), "{err:?}");
+        assert!(err.to_string().contains(&empty.display().to_string()));
+
+        let latin1 = temp_file("latin1.txt", b"ab\ncaf\xe9 au lait\n");
+        let err = Dataset::from_file(&latin1, TokenizerKind::Byte, 0.1).unwrap_err();
+        std::fs::remove_file(&latin1).unwrap();
+        match &err {
+            DataError::NotUtf8 { offset, line, .. } => assert_eq!((*offset, *line), (6, 2)),
+            other => panic!("wrong error {other:?}"),
+        }
+        let msg = err.to_string();
+        assert!(
+            msg.contains("byte offset 6") && msg.contains(&latin1.display().to_string()),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn existing_tokenizer_reports_unknown_chars() {
+        let tok = Tokenizer::char_from_corpus("abc").unwrap();
+        let err = Dataset::with_tokenizer("abcd", tok, 0.1, "new.txt").unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("new.txt") && msg.contains("'d'"), "{msg}");
+        assert!(matches!(
+            Dataset::from_text("abc", TokenizerKind::Char, 1.0, "t"),
+            Err(DataError::ValFraction(_))
+        ));
+    }
+
+    #[test]
+    fn builtin_and_config_loading() {
+        let d = Dataset::from_builtin(BuiltinCorpus::Copy, 3, 2_000, 8, TokenizerKind::Char, 0.1)
+            .unwrap();
+        let vocab = d.tokenizer().vocab_size();
+        // 26 letters at most, plus '|' and '\n'.
+        assert!((20..=28).contains(&vocab), "{vocab}");
+        let all = [d.tokens(Split::Train), d.tokens(Split::Val)].concat();
+        assert_eq!(d.tokenizer().decode(&all), crate::corpus::copy(3, 2_000, 8));
+
+        let mut section = DataSection {
+            builtin_chars: 3_000,
+            ..DataSection::default()
+        };
+        let d = Dataset::from_config(&section, 1).unwrap();
+        assert!(d.description().contains("grammar"));
+        assert_eq!(
+            d.len(Split::Train) + d.len(Split::Val),
+            crate::corpus::grammar(1, 3_000).len()
+        );
+        section.builtin = None;
+        assert!(matches!(
+            Dataset::from_config(&section, 1),
+            Err(DataError::Config(ValidationError::NoDataSource))
+        ));
+    }
+
+    #[test]
+    fn block_size_check_names_both_numbers() {
+        let d = distinct_dataset(40); // 20 train, 20 val tokens
+        d.check_block_size(19).unwrap();
+        let err = d.check_block_size(20).unwrap_err();
+        let msg = err.to_string();
+        for part in [
+            "train split has 20 tokens",
+            "model.block_size = 20",
+            "at least 21",
+            "at most 19",
+        ] {
+            assert!(msg.contains(part), "{part:?} missing from {msg}");
+        }
+        let d = Dataset::from_text(&"x".repeat(100), TokenizerKind::Char, 0.05, "t").unwrap();
+        let msg = d.check_block_size(10).unwrap_err().to_string();
+        assert!(
+            msg.contains("val split has 5 tokens") && msg.contains("data.val_fraction"),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn batches_are_shifted_contiguous_windows() {
+        let d = distinct_dataset(200);
+        let data = d.tokens(Split::Train);
+        let (b, t) = (16, 10);
+        let mut rng = StdRng::seed_from_u64(0);
+        let (x, y) = d.sample_batch(Split::Train, b, t, &mut rng).unwrap();
+        assert_eq!((x.len(), y.len()), (b * t, b * t));
+        for row in 0..b {
+            let xr = &x[row * t..(row + 1) * t];
+            let yr = &y[row * t..(row + 1) * t];
+            let start = data.iter().position(|&v| v == xr[0]).unwrap();
+            assert_eq!(xr, &data[start..start + t]);
+            assert_eq!(yr, &data[start + 1..start + t + 1]);
+        }
+        let val_tokens = d.tokens(Split::Val);
+        let (xv, _) = d.sample_batch(Split::Val, 4, 5, &mut rng).unwrap();
+        assert!(xv.iter().all(|v| val_tokens.contains(v)));
+    }
+
+    #[test]
+    fn batches_are_seeded_and_cover_every_start() {
+        let d = distinct_dataset(60); // 30 train tokens
+        let draw = |seed| {
+            d.sample_batch(Split::Train, 8, 4, &mut StdRng::seed_from_u64(seed))
+                .unwrap()
+        };
+        assert_eq!(draw(1), draw(1));
+        assert_ne!(draw(1), draw(2));
+
+        let data = d.tokens(Split::Train);
+        let mut rng = StdRng::seed_from_u64(7);
+        let mut starts = std::collections::HashSet::new();
+        for _ in 0..200 {
+            let (x, _) = d.sample_batch(Split::Train, 4, 4, &mut rng).unwrap();
+            for row in x.chunks(4) {
+                starts.insert(data.iter().position(|&v| v == row[0]).unwrap());
+            }
+        }
+        // Starts 0..=25 (30 tokens, windows of 4 plus a target), and no others.
+        assert_eq!(starts, (0..=25).collect());
+
+        // A split of exactly block_size + 1 tokens has a single window.
+        let (x, y) = d.sample_batch(Split::Train, 2, 29, &mut rng).unwrap();
+        assert_eq!(&x[..29], &data[..29]);
+        assert_eq!(&y[..29], &data[1..]);
+        assert!(matches!(
+            d.sample_batch(Split::Train, 2, 30, &mut rng),
+            Err(DataError::TooShort {
+                len: 30,
+                block_size: 30,
+                ..
+            })
+        ));
+    }
+}

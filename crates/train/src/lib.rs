@@ -1,0 +1,22 @@
+//! Training, data and the `headlab` CLI.
+//!
+//! - [`config`]: the TOML run config and `--set` overrides.
+//! - [`corpus`], [`tokenizer`], [`data`]: built-in corpora, char and byte tokenizers, splits
+//!   and batches.
+//! - [`trainer`]: the training loop; [`optim`] and [`schedule`]: AdamW and the learning rate.
+//! - [`run`]: run directories and checkpoints; [`plot`]: PNG charts.
+//! - [`scores`]: what each attention head does, as numbers.
+//! - [`backend`]: choosing a Burn backend by name; [`cli`]: the `headlab` command line.
+
+pub mod backend;
+pub mod cli;
+pub mod config;
+pub mod corpus;
+pub mod data;
+pub mod optim;
+pub mod plot;
+pub mod run;
+pub mod schedule;
+pub mod scores;
+pub mod tokenizer;
+pub mod trainer;

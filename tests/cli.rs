@@ -1,0 +1,316 @@
+//! End-to-end tests of the `headlab` binary on tiny configs (seconds each, on flex).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn headlab(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headlab"))
+        .args(args)
+        .current_dir(cwd)
+        .env("XDG_RUNTIME_DIR", cwd)
+        .output()
+        .expect("headlab runs")
+}
+
+fn ok(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "headlab failed ({}):\n{stderr}",
+        out.status
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A 2-layer, 2-head model small enough to train in a few seconds.
+const TINY: &[&str] = &[
+    "--set",
+    "model.block_size=16",
+    "--set",
+    "model.d_model=32",
+    "--set",
+    "model.n_layers=2",
+    "--set",
+    "model.n_heads=2",
+    "--set",
+    "train.batch_size=8",
+    "--set",
+    "train.eval_iters=4",
+    "--set",
+    "train.log_interval=1",
+    "--set",
+    "train.warmup_iters=5",
+    "--set",
+    "train.sample_tokens=40",
+    "--set",
+    "train.track_heads_every=0",
+    "--set",
+    "data.builtin_chars=20000",
+];
+
+fn train(dir: &Path, out: &str, extra: &[&str]) -> String {
+    let mut args = vec!["train", "--out", out];
+    args.extend_from_slice(TINY);
+    args.extend_from_slice(extra);
+    ok(&headlab(&args, dir))
+}
+
+/// (step, split, loss) rows of metrics.csv.
+fn metrics(run: &Path) -> Vec<(usize, String, String)> {
+    let text = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next(),
+        Some("step,split,loss,lr,tokens_per_s,elapsed_s")
+    );
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].parse().unwrap(), f[1].to_string(), f[2].to_string())
+        })
+        .collect()
+}
+
+fn val_losses(run: &Path) -> Vec<f64> {
+    metrics(run)
+        .into_iter()
+        .filter(|r| r.1 == "val")
+        .map(|r| r.2.parse().unwrap())
+        .collect()
+}
+
+#[test]
+fn train_writes_a_run_whose_loss_falls_and_prints_a_sample() {
+    let dir = tempfile::tempdir().unwrap();
+    let stdout = train(
+        dir.path(),
+        "run",
+        &[
+            "--set",
+            "train.max_iters=100",
+            "--set",
+            "train.eval_interval=25",
+        ],
+    );
+    let run = dir.path().join("run");
+    for file in [
+        "config.toml",
+        "tokenizer.json",
+        "metrics.csv",
+        "loss.png",
+        "last/model.bpk",
+        "last/optim.safetensors",
+        "best/model.bpk",
+    ] {
+        assert!(run.join(file).is_file(), "{file} missing");
+    }
+    let val = val_losses(&run);
+    assert_eq!(
+        val.len(),
+        5,
+        "evals at 0, 25, 50, 75, 100: {:?}",
+        metrics(&run)
+    );
+    // Char-level grammar text starts near ln(vocab) ~ 3.3 and must drop well below it.
+    assert!(val[4] < val[0] - 0.8, "val loss did not fall: {val:?}");
+    let sample = stdout
+        .split("--- sample ---")
+        .nth(1)
+        .expect("a sample is printed");
+    assert!(sample.trim().len() >= 20, "sample too short: {sample:?}");
+    let png = std::fs::read(run.join("loss.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+
+    // The same run again is refused without --force, and nothing is touched.
+    let before = std::fs::read(run.join("metrics.csv")).unwrap();
+    let out = headlab(&["train", "--out", "run"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already exists"));
+    assert_eq!(std::fs::read(run.join("metrics.csv")).unwrap(), before);
+
+    // sample and eval read the run.
+    let text = ok(&headlab(
+        &[
+            "sample",
+            "run",
+            "--prompt",
+            "the ",
+            "--max-new-tokens",
+            "30",
+            "--seed",
+            "3",
+        ],
+        dir.path(),
+    ));
+    assert!(text.starts_with("the ") && text.len() > 30, "{text:?}");
+    let again = ok(&headlab(
+        &[
+            "sample",
+            "run",
+            "--prompt",
+            "the ",
+            "--max-new-tokens",
+            "30",
+            "--seed",
+            "3",
+        ],
+        dir.path(),
+    ));
+    assert_eq!(text, again, "same seed, different sample");
+    let eval = ok(&headlab(&["eval", "run"], dir.path()));
+    let loss: f64 = eval
+        .split("loss ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let ppl: f64 = eval
+        .split("perplexity ")
+        .nth(1)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!((ppl - loss.exp()).abs() < 1e-2 * ppl, "{eval}");
+    assert!(
+        (loss - val[3]).abs() < 0.3,
+        "eval loss {loss} far from training's val estimate {}",
+        val[3]
+    );
+}
+
+#[test]
+fn a_tiny_model_overfits_a_short_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "the quick brown fox jumps over the lazy dog.\n".repeat(8);
+    std::fs::write(dir.path().join("fox.txt"), &text).unwrap();
+    train(
+        dir.path(),
+        "fox",
+        &[
+            "--set",
+            "data.path=fox.txt",
+            "--set",
+            "train.max_iters=300",
+            "--set",
+            "train.eval_interval=300",
+            "--set",
+            "train.lr=3e-3",
+            "--set",
+            "train.min_lr=3e-3",
+            "--set",
+            "train.weight_decay=0",
+        ],
+    );
+    let rows = metrics(&dir.path().join("fox"));
+    let final_train: f64 = rows
+        .iter()
+        .rev()
+        .find(|r| r.1 == "train")
+        .unwrap()
+        .2
+        .parse()
+        .unwrap();
+    assert!(
+        final_train < 0.15,
+        "train loss {final_train} is not near zero"
+    );
+}
+
+#[test]
+fn same_seed_same_losses_and_resume_continues_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    // One schedule for all: a run stopped at 20 must have the same learning rates as one
+    // that goes to 30.
+    let straight = [
+        "--set",
+        "train.max_iters=30",
+        "--set",
+        "train.eval_interval=10",
+        "--set",
+        "train.lr_decay_iters=30",
+    ];
+    train(dir.path(), "a", &straight);
+    train(dir.path(), "b", &straight);
+    let (a, b) = (
+        metrics(&dir.path().join("a")),
+        metrics(&dir.path().join("b")),
+    );
+    assert_eq!(a, b, "same seed gave different losses");
+
+    let c_args = [
+        "--set",
+        "train.max_iters=20",
+        "--set",
+        "train.eval_interval=10",
+        "--set",
+        "train.lr_decay_iters=30",
+    ];
+    train(dir.path(), "c", &c_args);
+    ok(&headlab(
+        &["train", "--resume", "c", "--set", "train.max_iters=30"],
+        dir.path(),
+    ));
+    let c = metrics(&dir.path().join("c"));
+    assert_eq!(c, a, "resumed run differs from the straight run");
+
+    let mut seeded = straight.to_vec();
+    seeded.extend(["--seed", "7"]);
+    let other = train(dir.path(), "d", &seeded);
+    assert!(!other.is_empty());
+    assert_ne!(metrics(&dir.path().join("d")), a, "the seed is ignored");
+}
+
+#[test]
+fn byte_tokenizer_trains_on_any_utf8() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("u.txt"),
+        "héllo wörld — ünïcode ✓\n".repeat(40),
+    )
+    .unwrap();
+    train(
+        dir.path(),
+        "u",
+        &[
+            "--set",
+            "data.path=u.txt",
+            "--set",
+            "data.tokenizer=byte",
+            "--set",
+            "train.max_iters=5",
+            "--set",
+            "train.eval_interval=5",
+        ],
+    );
+    let tok = std::fs::read_to_string(dir.path().join("u/tokenizer.json")).unwrap();
+    assert!(tok.to_lowercase().contains("byte"), "{tok}");
+    let out = ok(&headlab(
+        &["sample", "u", "--prompt", "ö", "--max-new-tokens", "8"],
+        dir.path(),
+    ));
+    assert!(out.starts_with('ö'));
+}
+
+#[test]
+fn char_prompt_outside_the_vocabulary_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    train(
+        dir.path(),
+        "g",
+        &[
+            "--set",
+            "train.max_iters=2",
+            "--set",
+            "train.eval_interval=2",
+        ],
+    );
+    let out = headlab(&["sample", "g", "--prompt", "Z€"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains('Z') || err.contains('€'), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
