@@ -61,7 +61,7 @@ fn metrics(run: &Path) -> Vec<(usize, String, String)> {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("step,split,loss,lr,tokens_per_s,elapsed_s")
+        Some("step,split,loss,lr,tokens_per_s,elapsed_s,bpc")
     );
     lines
         .map(|l| {

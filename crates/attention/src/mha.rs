@@ -163,8 +163,13 @@ pub struct AttentionOptions {
     pub padding_mask: Option<Tensor<2, Bool>>,
     /// `[n_heads]`, multiplies each head's output before W_O: 1 keeps, 0 ablates.
     pub head_mask: Option<Tensor<1>>,
+    /// `[n_heads, d_k]`, added to each head's output after the head mask. With a mask of 0
+    /// and the head's mean output this is mean ablation.
+    pub head_bias: Option<Tensor<2>>,
     /// Return the attention weights `[b, n_heads, t_q, t_k]` (after softmax, before dropout).
     pub return_weights: bool,
+    /// Return every head's output `[b, n_heads, t_q, d_k]` (before mask and bias).
+    pub return_head_outputs: bool,
 }
 
 impl AttentionOptions {
@@ -184,6 +189,8 @@ pub struct AttentionOutput {
     pub output: Tensor<3>,
     /// `[b, n_heads, t_q, t_k]` when asked for.
     pub weights: Option<Tensor<4>>,
+    /// `[b, n_heads, t_q, d_k]` when asked for.
+    pub head_outputs: Option<Tensor<4>>,
 }
 
 /// Queries, keys and values split into heads.
@@ -277,9 +284,14 @@ impl MultiHeadAttention {
 
         // [b, h, t_q, t_k] x [b, h, t_k, d_k] -> [b, h, t_q, d_k]
         let mut context = self.attn_dropout.forward(weights.clone()).matmul(v);
+        let head_outputs = options.return_head_outputs.then(|| context.clone());
         if let Some(head_mask) = options.head_mask {
             // [h] -> [1, h, 1, 1]
             context = context.mul(head_mask.reshape([1, self.n_heads, 1, 1]));
+        }
+        if let Some(head_bias) = options.head_bias {
+            // [h, d_k] -> [1, h, 1, d_k]
+            context = context.add(head_bias.reshape([1, self.n_heads, 1, self.d_k]));
         }
         // [b, h, t_q, d_k] -> [b, t_q, h, d_k] -> [b, t_q, h * d_k]
         let context = context.swap_dims(1, 2).reshape([b, t_q, self.d_model()]);
@@ -288,6 +300,7 @@ impl MultiHeadAttention {
         AttentionOutput {
             output,
             weights: options.return_weights.then_some(weights),
+            head_outputs,
         }
     }
 

@@ -67,6 +67,7 @@ fn batched_equals_per_head_loop_and_f64() {
                         &device,
                     )),
                     return_weights: true,
+                    ..AttentionOptions::default()
                 };
                 let out = mha.forward_with(x.clone(), options);
                 let (got, got_w) = (values(out.output), values(out.weights.unwrap()));
@@ -242,6 +243,45 @@ fn head_mask_ablates_exactly_one_slice_of_the_concat() {
             plain, ones,
             "{name}: a head mask of ones changed the output"
         );
+        // Captured head outputs are the concat, head by head: [b, h, t, d_k] vs [b, t, h * d_k].
+        let captured = mha.forward_with(
+            x.clone(),
+            AttentionOptions {
+                return_head_outputs: true,
+                ..AttentionOptions::default()
+            },
+        );
+        let heads = values(captured.head_outputs.unwrap());
+        for (idx, &p) in plain.iter().enumerate() {
+            let (bt, col) = (idx / d, idx % d);
+            let (bi, ti, hi, c) = (bt / t, bt % t, col / d_k, col % d_k);
+            assert_eq!(
+                heads[((bi * h + hi) * t + ti) * d_k + c],
+                p,
+                "{name}: head output {idx}"
+            );
+        }
+        // Mean ablation: mask 0 plus the head's mean output puts that mean in its slice.
+        let mean: Vec<f32> = (0..d_k)
+            .map(|c| (0..b * t).map(|bt| plain[bt * d + d_k + c]).sum::<f32>() / (b * t) as f32)
+            .collect();
+        let mut bias = vec![0.0f32; h * d_k];
+        bias[d_k..2 * d_k].copy_from_slice(&mean);
+        let mut m = vec![1.0; h];
+        m[1] = 0.0;
+        let options = AttentionOptions {
+            head_bias: Some(Tensor::from_data(TensorData::new(bias, [h, d_k]), &device)),
+            ..mask(m)
+        };
+        let out = values(mha.forward_with(x.clone(), options).output);
+        for (idx, (&o, &p)) in out.iter().zip(&plain).enumerate() {
+            let col = idx % d;
+            let want = if col / d_k == 1 { mean[col % d_k] } else { p };
+            assert!(
+                (o - want).abs() < 1e-6,
+                "{name}: mean ablation at column {col}"
+            );
+        }
         for j in 0..h {
             let mut m = vec![1.0; h];
             m[j] = 0.0;
@@ -398,6 +438,7 @@ fn wgpu_matches_flex() {
                 device,
             )),
             return_weights: true,
+            ..AttentionOptions::default()
         };
         let out = mha.forward_with(x, options);
         (values(out.output), values(out.weights.unwrap()))

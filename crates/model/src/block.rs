@@ -71,8 +71,23 @@ pub struct LayerCache {
 pub struct BlockOptions {
     /// `[n_heads]` scale of each head's output (1 keeps, 0 ablates).
     pub head_mask: Option<Tensor<1>>,
+    /// `[n_heads, d_k]` added to each head's output after the mask (mean ablation).
+    pub head_bias: Option<Tensor<2>>,
     /// Return the attention weights `[b, n_heads, t_q, t_k]`.
     pub return_weights: bool,
+    /// Return each head's output `[b, n_heads, t_q, d_k]`.
+    pub return_head_outputs: bool,
+}
+
+/// A block's output and what its attention was asked to capture.
+#[derive(Debug, Clone)]
+pub struct BlockOutput {
+    /// `[b, t, d_model]`.
+    pub x: Tensor<3>,
+    /// `[b, n_heads, t_q, t_k]` when asked for.
+    pub weights: Option<Tensor<4>>,
+    /// `[b, n_heads, t_q, d_k]` when asked for.
+    pub head_outputs: Option<Tensor<4>>,
 }
 
 /// Attention then MLP, pre- or post-LayerNorm.
@@ -118,14 +133,14 @@ impl Block {
     /// values are appended to it and the queries attend to everything cached.
     ///
     /// # Shapes
-    /// `x [b, t, d_model] -> ([b, t, d_model], weights [b, n_heads, t, t_cached + t])`
+    /// `x [b, t, d_model] -> x [b, t, d_model]`, `weights [b, n_heads, t, t_cached + t]`
     pub fn forward(
         &self,
         x: Tensor<3>,
         offset: usize,
         cache: Option<&mut Option<LayerCache>>,
         options: BlockOptions,
-    ) -> (Tensor<3>, Option<Tensor<4>>) {
+    ) -> BlockOutput {
         let pre = self.norm == Norm::Pre;
         let h = if pre {
             self.ln_1.forward(x.clone())
@@ -162,7 +177,9 @@ impl Block {
             AttentionOptions {
                 padding_mask: None,
                 head_mask: options.head_mask,
+                head_bias: options.head_bias,
                 return_weights: options.return_weights,
+                return_head_outputs: options.return_head_outputs,
             },
         );
         let mut x = if pre {
@@ -177,6 +194,10 @@ impl Block {
                 ln_2.forward(x.clone() + mlp.forward(x))
             };
         }
-        (x, attn.weights)
+        BlockOutput {
+            x,
+            weights: attn.weights,
+            head_outputs: attn.head_outputs,
+        }
     }
 }

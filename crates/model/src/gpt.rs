@@ -34,8 +34,13 @@ pub struct Gpt {
 pub struct ForwardOptions {
     /// `[n_layers, n_heads]` scale of every head's output (1 keeps, 0 ablates).
     pub head_mask: Option<Tensor<2>>,
+    /// `[n_layers, n_heads, d_k]` added to every head's output after the mask; with a mask
+    /// of 0 and a head's mean output this is mean ablation.
+    pub head_bias: Option<Tensor<3>>,
     /// Return every layer's attention weights.
     pub return_weights: bool,
+    /// Return every layer's per-head outputs (before mask and bias).
+    pub return_head_outputs: bool,
 }
 
 /// Logits and, when asked for, attention weights.
@@ -45,6 +50,8 @@ pub struct GptOutput {
     pub logits: Tensor<3>,
     /// One `[b, n_heads, t, t]` per layer, when asked for.
     pub weights: Vec<Tensor<4>>,
+    /// One `[b, n_heads, t, d_k]` per layer, when asked for.
+    pub head_outputs: Vec<Tensor<4>>,
 }
 
 /// Keys and values of every layer for the positions decoded so far.
@@ -163,6 +170,7 @@ impl Gpt {
     pub fn forward_with(&self, tokens: Tensor<2, Int>, options: ForwardOptions) -> GptOutput {
         let mut x = self.embed(tokens, 0);
         let mut weights = Vec::new();
+        let mut head_outputs = Vec::new();
         for (layer, block) in self.blocks.iter().enumerate() {
             let head_mask = options.head_mask.as_ref().map(|m| {
                 let n_heads = m.dims()[1];
@@ -171,17 +179,28 @@ impl Gpt {
                     .slice([layer..layer + 1, 0..n_heads])
                     .reshape([n_heads])
             });
+            let head_bias = options.head_bias.as_ref().map(|m| {
+                let [_, n_heads, d_k] = m.dims();
+                // [n_layers, n_heads, d_k] -> [1, n_heads, d_k] -> [n_heads, d_k]
+                m.clone()
+                    .slice([layer..layer + 1, 0..n_heads, 0..d_k])
+                    .reshape([n_heads, d_k])
+            });
             let block_options = BlockOptions {
                 head_mask,
+                head_bias,
                 return_weights: options.return_weights,
+                return_head_outputs: options.return_head_outputs,
             };
-            let (y, w) = block.forward(x, 0, None, block_options);
-            x = y;
-            weights.extend(w);
+            let out = block.forward(x, 0, None, block_options);
+            x = out.x;
+            weights.extend(out.weights);
+            head_outputs.extend(out.head_outputs);
         }
         GptOutput {
             logits: self.head(x),
             weights,
+            head_outputs,
         }
     }
 
@@ -200,7 +219,7 @@ impl Gpt {
         for (block, slot) in self.blocks.iter().zip(cache.layers.iter_mut()) {
             x = block
                 .forward(x, offset, Some(slot), BlockOptions::default())
-                .0;
+                .x;
         }
         cache.len += t;
         self.head(x)

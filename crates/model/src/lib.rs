@@ -18,7 +18,7 @@ pub mod io;
 #[cfg(test)]
 mod tests;
 
-pub use block::{Block, BlockOptions, LayerCache, Mlp};
+pub use block::{Block, BlockOptions, BlockOutput, LayerCache, Mlp};
 pub use config::{GptConfig, GptConfigError, Norm, Positional};
 pub use generate::{Decoder, GenerateError, Sampling};
 pub use gpt::{ForwardOptions, Gpt, GptOutput, KvCache, cross_entropy, sinusoidal_encoding};

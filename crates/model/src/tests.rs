@@ -446,11 +446,14 @@ fn forward_with_captures_weights_and_ablates_heads() {
         ForwardOptions {
             head_mask: Some(ones),
             return_weights: true,
+            return_head_outputs: true,
+            ..ForwardOptions::default()
         },
     );
     assert_eq!(values(out.logits), plain);
     assert_eq!(out.weights.len(), 2);
     assert_eq!(out.weights[1].dims(), [1, 4, 5, 5]);
+    assert_eq!(out.head_outputs[1].dims(), [1, 4, 5, 4]);
     // Ablating layer 1 head 2 equals zeroing its rows of W_O by hand.
     let mut mask = vec![1.0f32; 8];
     mask[4 + 2] = 0.0;
@@ -461,7 +464,7 @@ fn forward_with_captures_weights_and_ablates_heads() {
                 tokens(&ids, device),
                 ForwardOptions {
                     head_mask: Some(mask),
-                    return_weights: false,
+                    ..ForwardOptions::default()
                 },
             )
             .logits,

@@ -78,11 +78,11 @@ impl Backend {
 /// CPU adapter such as lavapipe. cubecl panics when it has none, so the probe catches that.
 fn wgpu_device() -> Result<Device, BackendError> {
     let previous = std::panic::take_hook();
-    let message = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
-    let sink = message.clone();
+    let messages = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sink = messages.clone();
     std::panic::set_hook(Box::new(move |info| {
         if let Ok(mut m) = sink.lock() {
-            *m = info.to_string();
+            m.push(info.to_string());
         }
     }));
     let probe = |kind: DeviceKind| {
@@ -97,13 +97,27 @@ fn wgpu_device() -> Result<Device, BackendError> {
     let found = probe(DeviceKind::DefaultDevice).or_else(|| probe(DeviceKind::Cpu));
     std::panic::set_hook(previous);
     found.ok_or_else(|| {
-        let reason = message.lock().map(|m| m.clone()).unwrap_or_default();
-        let reason = reason
-            .lines()
-            .last()
-            .unwrap_or("no adapter")
-            .trim()
-            .to_string();
+        // The panic that says why (cubecl's device thread), not the channel errors that
+        // follow it in the threads waiting on that one.
+        let messages = messages.lock().map(|m| m.clone()).unwrap_or_default();
+        let reasons: Vec<String> = messages
+            .iter()
+            .map(|m| {
+                m.lines()
+                    .skip(1)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .trim()
+                    .to_string()
+            })
+            .filter(|m| !m.is_empty())
+            .collect();
+        let reason = reasons
+            .iter()
+            .find(|m| !m.contains("RecvError") && !m.contains("SendError"))
+            .or(reasons.first())
+            .cloned()
+            .unwrap_or_default();
         BackendError::NoAdapter(if reason.is_empty() {
             "no adapter".into()
         } else {

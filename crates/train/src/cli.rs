@@ -34,8 +34,35 @@ pub enum Command {
     Train(TrainArgs),
     /// Generate text from a trained run, streaming tokens as they come.
     Sample(SampleArgs),
-    /// Loss and perplexity of a trained run on its val or train split, or on a text file.
+    /// Loss, bits per character and perplexity of a trained run on its val or train split, or
+    /// on a text file.
     Eval(EvalArgs),
+    /// What each attention head does: scores, labels, ablations, maps and an HTML explorer.
+    Heads(HeadsArgs),
+    /// Rerunnable experiments on head specialisation: induction, heads, ambiguity.
+    Lab(crate::lab::LabArgs),
+}
+
+/// `headlab heads`.
+#[derive(Debug, Args)]
+pub struct HeadsArgs {
+    /// A run directory made by `headlab train`.
+    pub run: PathBuf,
+    /// Text whose attention maps are drawn (default: the start of the val split).
+    #[arg(long, conflicts_with = "file")]
+    pub text: Option<String>,
+    /// Read that text from a file.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Where to write heads.csv, heads.json, attention.png and heads.html (default: RUN/heads).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Backend to run on.
+    #[arg(long, default_value = "flex")]
+    pub backend: String,
+    /// Checkpoint to use.
+    #[arg(long, value_enum, default_value_t = Checkpoint::Best)]
+    pub checkpoint: Checkpoint,
 }
 
 /// `headlab train`.
@@ -246,7 +273,16 @@ pub fn cmd_sample(args: SampleArgs) -> Result<()> {
         top_p: args.top_p,
         seed: args.seed,
     };
-    sampling.validate()?;
+    sampling.validate().map_err(|e| {
+        use headlab_model::GenerateError as G;
+        let option = match e {
+            G::Temperature(_) => "--temperature",
+            G::TopK => "--top-k",
+            G::TopP(_) => "--top-p",
+            _ => "sampling option",
+        };
+        anyhow::anyhow!("{option}: {e}")
+    })?;
     let (_, _, tokenizer, model, _) = open_run(&args.run, &args.backend, args.checkpoint)?;
     let prompt = tokenizer
         .encode(&args.prompt)
@@ -274,7 +310,9 @@ pub fn cmd_sample(args: SampleArgs) -> Result<()> {
     Ok(())
 }
 
-/// Runs `headlab eval`: mean loss over every full window of the text, perplexity = e^loss.
+/// Runs `headlab eval`: mean loss over every full window of the text, perplexity = e^loss,
+/// and bits per character (total nats / characters predicted / ln 2), which compares across
+/// tokenizers.
 pub fn cmd_eval(args: EvalArgs) -> Result<()> {
     let (_, config, tokenizer, model, device) =
         open_run(&args.run, &args.backend, args.checkpoint)?;
@@ -303,8 +341,12 @@ pub fn cmd_eval(args: EvalArgs) -> Result<()> {
     }
     let (nats, count) = eval_tokens(&model, &tokens, t, &device);
     let loss = nats / count as f64;
+    // The first token is context only: bits per character covers the predicted ones.
+    let chars = tokenizer.char_count(&tokens[1..]);
+    let bpc = crate::data::bits_per_char(nats, chars);
     println!(
-        "{what}: {count} tokens, loss {loss:.4} nats/token, perplexity {:.3}",
+        "{what}: {count} tokens, loss {loss:.4} nats/token, {bpc:.4} bits/char over {chars} \
+         chars, perplexity {:.3}",
         loss.exp()
     );
     Ok(())
@@ -336,11 +378,56 @@ pub fn eval_tokens(
     (nats, count)
 }
 
+/// Runs `headlab heads`.
+pub fn cmd_heads(args: HeadsArgs) -> Result<()> {
+    let (run, config, tokenizer, model, device) =
+        open_run(&args.run, &args.backend, args.checkpoint)?;
+    let data = load_dataset(&config, tokenizer.clone())?;
+    let text = match (&args.text, &args.file) {
+        (Some(text), _) => Some(text.clone()),
+        (None, Some(path)) => Some(read_text(path)?),
+        (None, None) => None,
+    };
+    let block = config.model.block_size;
+    let map_ids = match &text {
+        Some(text) => {
+            let ids = tokenizer
+                .encode(text)
+                .context("encoding the text for the attention maps")?;
+            if ids.len() < 2 {
+                bail!("the text has {} tokens; give at least 2", ids.len());
+            }
+            ids[..ids.len().min(block)].to_vec()
+        }
+        None => data.tokens(Split::Val)[..block.min(32)].to_vec(),
+    };
+    let probe = crate::heads::Probe::new(
+        &data,
+        block,
+        tokenizer.vocab_size(),
+        text.as_ref().map(|_| map_ids.clone()),
+        config.train.seed,
+    )?;
+    let out = args.out.clone().unwrap_or_else(|| run.root.join("heads"));
+    let title = format!("headlab heads: {}", run.root.display());
+    let report =
+        crate::heads::write_report(&out, &title, &model, &tokenizer, &probe, &map_ids, &device)
+            .map_err(anyhow::Error::msg)?;
+    print!("{}", report.table);
+    eprintln!(
+        "wrote {0}/heads.csv, heads.json, attention.png and heads.html (open it in a browser)",
+        out.display()
+    );
+    Ok(())
+}
+
 /// Parses arguments and runs the command.
 pub fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Train(args) => cmd_train(args),
         Command::Sample(args) => cmd_sample(args),
         Command::Eval(args) => cmd_eval(args),
+        Command::Heads(args) => cmd_heads(args),
+        Command::Lab(args) => crate::lab::run(args),
     }
 }

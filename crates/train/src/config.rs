@@ -12,7 +12,7 @@ use serde::de::{self, DeserializeOwned, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::corpus::{BuiltinCorpus, UnknownCorpus};
-use crate::tokenizer::TokenizerKind;
+use crate::tokenizer::{DEFAULT_BPE_VOCAB, MAX_BPE_VOCAB, MIN_BPE_VOCAB, TokenizerKind};
 
 /// The model's positional encoding and norm placement, as the model crate defines them.
 pub use headlab_model::{Norm, Positional};
@@ -172,9 +172,13 @@ pub struct DataSection {
     pub builtin: Option<String>,
     /// Characters of built-in corpus to generate. Default 200000.
     pub builtin_chars: usize,
-    /// `char` or `byte`. Default `char`.
+    /// `char`, `byte` or `bpe`. Default `char`.
     pub tokenizer: TokenizerKind,
-    /// Fraction of the tokens (the end of the text) held out for validation. Default 0.1.
+    /// Tokens of the `bpe` tokenizer (256 bytes plus merges), 256 to 65536; char and byte
+    /// ignore it. Default 1024.
+    pub vocab_size: usize,
+    /// Fraction of the tokens (the end of the text; for `bpe`, of the characters) held out
+    /// for validation. Default 0.1.
     pub val_fraction: f64,
     /// Sequence length of the `induction` corpus and longest string of `copy`. Default 16.
     pub induction_len: usize,
@@ -187,6 +191,7 @@ impl Default for DataSection {
             builtin: Some(BuiltinCorpus::Grammar.name().to_string()),
             builtin_chars: 200_000,
             tokenizer: TokenizerKind::Char,
+            vocab_size: DEFAULT_BPE_VOCAB,
             val_fraction: 0.1,
             induction_len: 16,
         }
@@ -230,7 +235,11 @@ pub struct RunConfig {
 /// Errors from reading, overriding or writing a configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    #[error("cannot read config file {}: {source}", path.display())]
+    #[error(
+        "cannot read config file {}: {source}; check the --config path (the shipped configs \
+         are in configs/, e.g. configs/default.toml)",
+        path.display()
+    )]
     Read {
         path: PathBuf,
         source: std::io::Error,
@@ -578,6 +587,16 @@ impl RunConfig {
             return Err(ValidationError::MinLrAboveLr {
                 min_lr: t.min_lr,
                 lr: t.lr,
+            });
+        }
+        if d.tokenizer == TokenizerKind::Bpe
+            && !(MIN_BPE_VOCAB..=MAX_BPE_VOCAB).contains(&d.vocab_size)
+        {
+            return Err(ValidationError::OutOfRange {
+                field: "data.vocab_size",
+                value: d.vocab_size as f64,
+                expected: "from 256 (one token per byte) to 65536 for data.tokenizer = \"bpe\" \
+                           (e.g. 1024)",
             });
         }
         d.source().map(|_| ())
@@ -955,7 +974,7 @@ mod tests {
         };
         assert_eq!(valid.len(), 18);
         assert_eq!(section_fields("model").unwrap().len(), 12);
-        assert_eq!(section_fields("data").unwrap().len(), 6);
+        assert_eq!(section_fields("data").unwrap().len(), 7);
         assert!(matches!(
             set("train.lr.x=1"),
             Err(ConfigError::SetUnknownKey { .. })
@@ -1022,6 +1041,16 @@ mod tests {
             ("data.val_fraction=0", "", "data.val_fraction"),
             ("data.val_fraction=1", "", "data.val_fraction"),
             ("data.builtin=grammer", "", "data.builtin"),
+            (
+                "data.vocab_size=255",
+                "data.tokenizer=bpe",
+                "data.vocab_size",
+            ),
+            (
+                "data.tokenizer=bpe",
+                "data.vocab_size=70000",
+                "data.vocab_size",
+            ),
         ];
         for (bad, before, field) in cases {
             let mut c = RunConfig::default();

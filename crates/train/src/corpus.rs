@@ -531,12 +531,16 @@ fn random_letters(rng: &mut StdRng, len: usize, out: &mut String) {
 /// `len` 0 is treated as 1.
 pub fn induction(seed: u64, n_chars: usize, len: usize) -> String {
     let len = len.max(1);
+    // Lengths vary per line (len/2 ..= 3*len/2), so the repeat is at no fixed distance and a
+    // purely positional head cannot solve it: predicting the second half needs induction.
+    let (lo, hi) = ((len / 2).max(1), (3 * len / 2).max(1));
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut text = String::with_capacity(n_chars + 2 * len + 1);
-    let mut seq = String::with_capacity(len);
+    let mut text = String::with_capacity(n_chars + 2 * hi + 1);
+    let mut seq = String::with_capacity(hi);
     while text.len() < n_chars {
         seq.clear();
-        random_letters(&mut rng, len, &mut seq);
+        let n = rng.random_range(lo..=hi);
+        random_letters(&mut rng, n, &mut seq);
         text.push_str(&seq);
         text.push_str(&seq);
         text.push('\n');
@@ -743,17 +747,23 @@ mod tests {
     fn induction_lines_repeat() {
         let text = induction(5, 10_000, 16);
         let mut distinct = HashSet::new();
+        let mut lengths = HashSet::new();
         for line in text.lines() {
-            assert_eq!(line.len(), 32, "{line}");
-            let (a, b) = line.split_at(16);
+            assert!(
+                line.len() % 2 == 0 && (16..=48).contains(&line.len()),
+                "{line}"
+            );
+            let (a, b) = line.split_at(line.len() / 2);
             assert_eq!(a, b);
+            lengths.insert(a.len());
             assert!(a.bytes().all(|c| c.is_ascii_lowercase()), "{line}");
             distinct.insert(a.to_string());
         }
         assert!(text.ends_with('\n'));
         assert!(distinct.len() > 250, "{}", distinct.len());
+        assert_eq!(lengths.len(), 17, "every length from 8 to 24 occurs");
         let short = induction(5, 100, 3);
-        assert!(short.lines().all(|l| l.len() == 6 && l[..3] == l[3..]));
+        assert!(short.lines().all(|l| l[..l.len() / 2] == l[l.len() / 2..]));
     }
 
     #[test]

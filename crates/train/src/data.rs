@@ -11,7 +11,7 @@ use rand::Rng;
 
 use crate::config::{DataSection, DataSource, ValidationError};
 use crate::corpus::BuiltinCorpus;
-use crate::tokenizer::{Tokenizer, TokenizerError, TokenizerKind};
+use crate::tokenizer::{DEFAULT_BPE_VOCAB, Tokenizer, TokenizerError, TokenizerKind};
 
 /// Which part of the data.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -100,35 +100,69 @@ fn cwd_hint(path: &Path) -> String {
     }
 }
 
+/// Bits per character: `total_nats` of next-token loss over text of `n_chars` characters,
+/// in bits (`total_nats / n_chars / ln 2`). Unlike loss per token it does not depend on the
+/// tokenizer, so a char model and a BPE model on the same text compare honestly.
+pub fn bits_per_char(total_nats: f64, n_chars: usize) -> f64 {
+    total_nats / n_chars as f64 / std::f64::consts::LN_2
+}
+
 /// Tokenized text split into a training prefix and a validation suffix.
 #[derive(Debug, Clone)]
 pub struct Dataset {
     tokenizer: Tokenizer,
     train: Vec<u32>,
     val: Vec<u32>,
+    /// Characters of text in each split (see [`Tokenizer::char_count`]).
+    chars: [usize; 2],
     description: String,
 }
 
 impl Dataset {
     /// Tokenizes `text` with a new tokenizer of `kind` (a char vocabulary is built from
-    /// the whole text, as nanoGPT does) and splits it.
+    /// the whole text, as nanoGPT does; a BPE gets [`DEFAULT_BPE_VOCAB`] tokens) and
+    /// splits it.
     pub fn from_text(
         text: &str,
         kind: TokenizerKind,
         val_fraction: f64,
         description: impl Into<String>,
     ) -> Result<Self, DataError> {
+        Self::build(text, kind, DEFAULT_BPE_VOCAB, val_fraction, description)
+    }
+
+    /// Builds a tokenizer of `kind` for `text` and tokenizes and splits the text with it.
+    /// A char vocabulary comes from the whole text (as in nanoGPT); a byte-level BPE of at
+    /// most `vocab_size` tokens is trained on the training split only, so validation text
+    /// stays unseen. `vocab_size` is ignored by the other kinds.
+    pub fn build(
+        text: &str,
+        kind: TokenizerKind,
+        vocab_size: usize,
+        val_fraction: f64,
+        description: impl Into<String>,
+    ) -> Result<Self, DataError> {
         let description = description.into();
-        let tokenizer =
-            Tokenizer::for_corpus(kind, text).map_err(|source| DataError::Tokenize {
-                source_name: description.clone(),
-                source,
-            })?;
+        check_val_fraction(val_fraction)?;
+        let tokenizer = match kind {
+            TokenizerKind::Bpe => {
+                Tokenizer::train_bpe(split_text(text, val_fraction).0, vocab_size)
+            }
+            _ => Tokenizer::for_corpus(kind, text),
+        }
+        .map_err(|source| DataError::Tokenize {
+            source_name: description.clone(),
+            source,
+        })?;
         Self::with_tokenizer(text, tokenizer, val_fraction, description)
     }
 
     /// Tokenizes `text` with an existing tokenizer (for example one loaded from a run
     /// directory, so ids match a checkpoint) and splits it.
+    ///
+    /// Char and byte tokens are split like nanoGPT: the first `1 - val_fraction` of the
+    /// tokens train. A BPE splits the text first, at `1 - val_fraction` of its characters
+    /// (the same text a char model validates on), and encodes each part.
     pub fn with_tokenizer(
         text: &str,
         tokenizer: Tokenizer,
@@ -136,21 +170,30 @@ impl Dataset {
         description: impl Into<String>,
     ) -> Result<Self, DataError> {
         let description = description.into();
-        if !(val_fraction > 0.0 && val_fraction < 1.0) {
-            return Err(DataError::ValFraction(val_fraction));
-        }
-        let mut train = tokenizer
-            .encode(text)
-            .map_err(|source| DataError::Tokenize {
-                source_name: description.clone(),
-                source,
-            })?;
-        let n_train = train_len(train.len(), val_fraction);
-        let val = train.split_off(n_train);
+        check_val_fraction(val_fraction)?;
+        let encode = |text: &str| {
+            tokenizer
+                .encode(text)
+                .map_err(|source| DataError::Tokenize {
+                    source_name: description.clone(),
+                    source,
+                })
+        };
+        let (train, val) = if tokenizer.kind() == TokenizerKind::Bpe {
+            let (train, val) = split_text(text, val_fraction);
+            (encode(train)?, encode(val)?)
+        } else {
+            let mut train = encode(text)?;
+            let n_train = train_len(train.len(), val_fraction);
+            let val = train.split_off(n_train);
+            (train, val)
+        };
+        let chars = [tokenizer.char_count(&train), tokenizer.char_count(&val)];
         Ok(Self {
             tokenizer,
             train,
             val,
+            chars,
             description,
         })
     }
@@ -175,27 +218,25 @@ impl Dataset {
         kind: TokenizerKind,
         val_fraction: f64,
     ) -> Result<Self, DataError> {
-        let text = corpus.generate(seed, n_chars, seq_len);
-        let description = format!(
-            "built-in {corpus} corpus (seed {seed}, {} chars)",
-            text.len()
-        );
+        let (text, description) = builtin_text(corpus, seed, n_chars, seq_len);
         Self::from_text(&text, kind, val_fraction, description)
     }
 
     /// Loads what `[data]` describes; `seed` seeds built-in corpora.
     pub fn from_config(data: &DataSection, seed: u64) -> Result<Self, DataError> {
-        match data.source()? {
-            DataSource::File(path) => Self::from_file(path, data.tokenizer, data.val_fraction),
-            DataSource::Builtin(corpus) => Self::from_builtin(
-                corpus,
-                seed,
-                data.builtin_chars,
-                data.induction_len,
-                data.tokenizer,
-                data.val_fraction,
-            ),
-        }
+        let (text, description) = match data.source()? {
+            DataSource::File(path) => (read_text(&path)?, path.display().to_string()),
+            DataSource::Builtin(corpus) => {
+                builtin_text(corpus, seed, data.builtin_chars, data.induction_len)
+            }
+        };
+        Self::build(
+            &text,
+            data.tokenizer,
+            data.vocab_size,
+            data.val_fraction,
+            description,
+        )
     }
 
     pub fn tokenizer(&self) -> &Tokenizer {
@@ -216,6 +257,23 @@ impl Dataset {
 
     pub fn len(&self, split: Split) -> usize {
         self.tokens(split).len()
+    }
+
+    /// Characters of text in `split` (for a char tokenizer, its token count).
+    pub fn chars(&self, split: Split) -> usize {
+        self.chars[split as usize]
+    }
+
+    /// Characters per token in `split`: 1 for chars, about 1 for bytes of mostly-ASCII
+    /// text, more for a BPE.
+    pub fn chars_per_token(&self, split: Split) -> f64 {
+        self.chars(split) as f64 / self.len(split).max(1) as f64
+    }
+
+    /// Bits per character of a mean loss per token measured on `split`:
+    /// `loss * tokens / chars / ln 2`.
+    pub fn bits_per_char(&self, split: Split, loss_per_token: f64) -> f64 {
+        loss_per_token / self.chars_per_token(split) / std::f64::consts::LN_2
     }
 
     /// Errors unless both splits hold at least one window of `block_size` tokens plus a
@@ -268,6 +326,40 @@ impl Dataset {
 /// `data[:int(n*0.9)]` for the default 0.1.
 pub fn train_len(n: usize, val_fraction: f64) -> usize {
     ((n as f64 * (1.0 - val_fraction)) as usize).min(n)
+}
+
+/// `text` cut into its training prefix and validation suffix by characters: the first
+/// [`train_len`] characters train.
+pub fn split_text(text: &str, val_fraction: f64) -> (&str, &str) {
+    let n_train = train_len(text.chars().count(), val_fraction);
+    let at = text
+        .char_indices()
+        .nth(n_train)
+        .map_or(text.len(), |(i, _)| i);
+    text.split_at(at)
+}
+
+fn check_val_fraction(val_fraction: f64) -> Result<(), DataError> {
+    if val_fraction > 0.0 && val_fraction < 1.0 {
+        Ok(())
+    } else {
+        Err(DataError::ValFraction(val_fraction))
+    }
+}
+
+/// A built-in corpus and its description for logs.
+fn builtin_text(
+    corpus: BuiltinCorpus,
+    seed: u64,
+    n_chars: usize,
+    seq_len: usize,
+) -> (String, String) {
+    let text = corpus.generate(seed, n_chars, seq_len);
+    let description = format!(
+        "built-in {corpus} corpus (seed {seed}, {} chars)",
+        text.len()
+    );
+    (text, description)
 }
 
 /// Reads a whole file as UTF-8, with errors that say which file and where it goes wrong.
@@ -421,6 +513,76 @@ mod tests {
             Dataset::from_config(&section, 1),
             Err(DataError::Config(ValidationError::NoDataSource))
         ));
+    }
+
+    #[test]
+    fn bpe_is_trained_on_the_training_characters_only() {
+        let train_part = "the cat sat on the mat; the cat sat on the hat.\n".repeat(20);
+        // 10% of the characters, a word the training split never has.
+        let val_part = "zyzzyva zyzzyva é\n".repeat(train_part.chars().count() / 9 / 18 + 1);
+        let text = train_part.clone() + &val_part;
+        let (train_text, val_text) = split_text(&text, 0.1);
+        assert_eq!(train_text.len() + val_text.len(), text.len());
+        let d = Dataset::build(&text, TokenizerKind::Bpe, 320, 0.1, "t").unwrap();
+        let tok = d.tokenizer();
+        assert_eq!(tok.kind(), TokenizerKind::Bpe);
+        assert!(tok.vocab_size() <= 320);
+        // Splits are the character split, encoded separately.
+        assert_eq!(tok.decode(d.tokens(Split::Train)), train_text);
+        assert_eq!(tok.decode(d.tokens(Split::Val)), val_text);
+        assert_eq!(d.chars(Split::Train), train_text.chars().count());
+        assert_eq!(d.chars(Split::Val), val_text.chars().count());
+        assert!(
+            d.chars_per_token(Split::Train) > 2.0,
+            "{}",
+            d.chars_per_token(Split::Train)
+        );
+        // Every merge comes from the training text.
+        assert!(val_text.contains("zyzzyva zyzzyva é"));
+        for id in 256..tok.vocab_size() as u32 {
+            let token = tok.decode(&[id]);
+            assert!(
+                train_text.contains(&token),
+                "{token:?} is not from training"
+            );
+        }
+        // A run directory's tokenizer gives the same tokens again (resume, eval).
+        let again = Dataset::with_tokenizer(&text, tok.clone(), 0.1, "t").unwrap();
+        assert_eq!(again.tokens(Split::Train), d.tokens(Split::Train));
+        assert_eq!(again.tokens(Split::Val), d.tokens(Split::Val));
+    }
+
+    #[test]
+    fn bits_per_char_is_nats_over_chars_over_ln2() {
+        assert!((bits_per_char(std::f64::consts::LN_2 * 10.0, 5) - 2.0).abs() < 1e-12);
+        let d = Dataset::from_text("abcdefghij", TokenizerKind::Char, 0.1, "t").unwrap();
+        assert_eq!((d.chars(Split::Train), d.chars(Split::Val)), (9, 1));
+        assert_eq!(d.chars_per_token(Split::Train), 1.0);
+        assert!((d.bits_per_char(Split::Val, 2.0) - 2.0 / std::f64::consts::LN_2).abs() < 1e-12);
+        // Bytes: "é" is two tokens but one character.
+        let d = Dataset::from_text(&"é".repeat(10), TokenizerKind::Byte, 0.5, "t").unwrap();
+        assert_eq!((d.len(Split::Train), d.chars(Split::Train)), (10, 5));
+        assert!((d.bits_per_char(Split::Train, 1.0) - 2.0 / std::f64::consts::LN_2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn config_vocab_size_reaches_the_bpe() {
+        let section = DataSection {
+            builtin_chars: 5_000,
+            tokenizer: TokenizerKind::Bpe,
+            vocab_size: 270,
+            ..DataSection::default()
+        };
+        let d = Dataset::from_config(&section, 1).unwrap();
+        assert_eq!(d.tokenizer().vocab_size(), 270);
+        let all = [d.tokens(Split::Train), d.tokens(Split::Val)].concat();
+        assert_eq!(d.tokenizer().decode(&all), crate::corpus::grammar(1, 5_000));
+        let section = DataSection {
+            vocab_size: 10,
+            ..section
+        };
+        let msg = Dataset::from_config(&section, 1).unwrap_err().to_string();
+        assert!(msg.contains("data.vocab_size = 10"), "{msg}");
     }
 
     #[test]

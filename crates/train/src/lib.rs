@@ -5,7 +5,8 @@
 //!   and batches.
 //! - [`trainer`]: the training loop; [`optim`] and [`schedule`]: AdamW and the learning rate.
 //! - [`run`]: run directories and checkpoints; [`plot`]: PNG charts.
-//! - [`scores`]: what each attention head does, as numbers.
+//! - [`scores`]: what each attention head does, as numbers; [`heads`]: probes, ablation and
+//!   the head table; [`heads_view`]: attention maps and the HTML explorer; [`lab`]: experiments.
 //! - [`backend`]: choosing a Burn backend by name; [`cli`]: the `headlab` command line.
 
 pub mod backend;
@@ -13,6 +14,9 @@ pub mod cli;
 pub mod config;
 pub mod corpus;
 pub mod data;
+pub mod heads;
+pub mod heads_view;
+pub mod lab;
 pub mod optim;
 pub mod plot;
 pub mod run;

@@ -1,21 +1,89 @@
 //! `headlab`: a thin binary over the `headlab_train` library.
+//!
+//! Exit codes: 0 success; 2 bad input of any kind (config, data, run directory, checkpoint,
+//! backend, options), with a message naming what is wrong and how to fix it; 3 training
+//! diverged (the last good checkpoint is kept); 130 interrupted by Ctrl-C (a checkpoint is
+//! saved to resume from).
 
 use std::process::ExitCode;
 
 use clap::Parser;
-use headlab_train::cli::{Cli, run};
+use headlab_train::cli::{Cli, Command, run};
 use headlab_train::trainer::TrainError;
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    quiet_panics();
+    let cli = Cli::parse();
+    if matches!(cli.command, Command::Train(_)) {
+        catch_ctrl_c();
+    }
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            // 3: training diverged (a checkpoint is kept); 2: bad input of any kind.
-            match error.downcast_ref::<TrainError>() {
-                Some(TrainError::Diverged { .. }) => ExitCode::from(3),
-                _ => ExitCode::from(2),
+        Err(error) => match error.downcast_ref::<TrainError>() {
+            Some(interrupted @ TrainError::Interrupted { .. }) => {
+                eprintln!("{interrupted}");
+                ExitCode::from(130)
             }
+            Some(TrainError::Diverged { .. }) => {
+                eprintln!("error: {}", message(&error));
+                ExitCode::from(3)
+            }
+            _ => {
+                eprintln!("error: {}", message(&error));
+                ExitCode::from(2)
+            }
+        },
+    }
+}
+
+/// The error and its causes, each cause once: most messages already quote their source
+/// (`cannot read X: No such file`), and repeating it would bury the fix they end with.
+fn message(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(cause.trim()) {
+            text = format!("{text}: {cause}");
         }
+    }
+    text
+}
+
+/// A panic is a bug in headlab, never the user's input (that gets an `error:` message): say
+/// so in one line, without Rust's backtrace note, unless RUST_BACKTRACE asks for the details.
+fn quiet_panics() {
+    if std::env::var_os("RUST_BACKTRACE").is_some() {
+        return;
+    }
+    std::panic::set_hook(Box::new(|info| {
+        let what = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown cause".into());
+        let at = info
+            .location()
+            .map(|l| format!(" ({}:{})", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!(
+            "error: internal error in headlab: {what}{at}. This is a bug, not a problem with \
+             your input; please report it with the command you ran (set RUST_BACKTRACE=1 for \
+             the details)"
+        );
+    }));
+}
+
+/// The first Ctrl-C asks training to stop at the end of the current step and save a
+/// checkpoint; a second one exits at once (the previous checkpoint is intact).
+fn catch_ctrl_c() {
+    use signal_hook::consts::SIGINT;
+    use signal_hook::flag;
+
+    let stop = headlab_train::run::interrupt_flag();
+    let registered = flag::register_conditional_shutdown(SIGINT, 130, stop.clone())
+        .and_then(|_| flag::register(SIGINT, stop));
+    if let Err(e) = registered {
+        eprintln!("warning: Ctrl-C will stop training without a checkpoint ({e})");
     }
 }

@@ -4,21 +4,34 @@
 //! RUN/
 //!   config.toml      the resolved config (every key, after --set)
 //!   tokenizer.json   the vocabulary the checkpoints were trained with
-//!   metrics.csv      step,split,loss,lr,tokens_per_s,elapsed_s
+//!   metrics.csv      step,split,loss,lr,tokens_per_s,elapsed_s,...
 //!   loss.png         train and val curves
-//!   last/            newest checkpoint: model.bpk, optim.safetensors, state.json
+//!   last/            newest checkpoint: model.bpk, optim.safetensors, state.json, manifest.json
 //!   best/            checkpoint with the lowest val loss so far
 //! ```
 //!
-//! A checkpoint is written into a temporary folder and renamed into place, so a crash
-//! leaves either the old checkpoint or the new one, never half of one.
+//! Nothing is lost to a crash:
+//!
+//! - a new run directory is assembled under a temporary name and renamed into place, so it
+//!   appears with its config and tokenizer or not at all;
+//! - a checkpoint is written into a temporary folder, every file is fsynced, and the folder is
+//!   renamed into place, so a crash leaves either the old checkpoint or the new one, never half
+//!   of one (a crash between the two renames leaves the old one as `.NAME.old`, which loading
+//!   falls back to);
+//! - `manifest.json` records the size and SHA-256 of every checkpoint file and the model
+//!   config it was saved from; loading verifies both and names the file or key that differs.
 
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::tensor::Device;
 use headlab_model::{Gpt, GptConfig, WeightsError};
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::config::{ConfigError, RunConfig};
@@ -34,6 +47,34 @@ pub struct TrainState {
     pub best_val_loss: Option<f64>,
     /// Wall time spent training before this checkpoint, in seconds.
     pub elapsed_s: f64,
+}
+
+/// The checksum file of a checkpoint.
+pub const MANIFEST: &str = "manifest.json";
+
+/// The files of a checkpoint, each listed in its manifest.
+pub const CHECKPOINT_FILES: [&str; 3] = ["model.bpk", "optim.safetensors", "state.json"];
+
+/// `manifest.json`: what a checkpoint holds, to verify it before loading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Version of this layout.
+    pub format: u32,
+    /// Training step of the checkpoint.
+    pub step: usize,
+    /// The model config the weights were saved from (`GptConfig` as JSON).
+    pub model: serde_json::Value,
+    /// Size and SHA-256 of each file, by name.
+    pub files: BTreeMap<String, FileDigest>,
+}
+
+/// Size and checksum of one file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileDigest {
+    /// Length in bytes.
+    pub bytes: u64,
+    /// SHA-256, lowercase hex.
+    pub sha256: String,
 }
 
 /// A run directory that cannot be used.
@@ -81,6 +122,57 @@ pub enum RunError {
         /// What is wrong.
         message: String,
     },
+    /// A checkpoint without a readable manifest.
+    #[error(
+        "checkpoint {dir} cannot be verified: its {MANIFEST} {why}. A checkpoint written by \
+         headlab always has one, so this one is damaged or was not made by `headlab train`; \
+         use the run's other checkpoint (--checkpoint best or last) or train again"
+    )]
+    Manifest {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// What is wrong with the manifest.
+        why: String,
+    },
+    /// A checkpoint file that differs from what its manifest recorded.
+    #[error(
+        "checkpoint file {file} is damaged: {why}, which does not match what {manifest} \
+         recorded when the checkpoint was written (the file was truncated or changed since). \
+         Restore it from a backup, or use the run's other checkpoint: --checkpoint best or last \
+         for sample and eval; to resume from `best`, copy it over `last` first"
+    )]
+    Corrupt {
+        /// The damaged file.
+        file: PathBuf,
+        /// The manifest that recorded it.
+        manifest: PathBuf,
+        /// Size or checksum, found against expected.
+        why: String,
+    },
+    /// A checkpoint saved by a model with another shape than the config asks for.
+    #[error(
+        "checkpoint {dir} was saved by a different model than {config} describes: {}. Load it \
+         with the config it was saved with (drop the --set that changes it, or restore {config})",
+        describe_diffs(.diffs)
+    )]
+    ConfigMismatch {
+        /// The checkpoint folder.
+        dir: PathBuf,
+        /// The run's config file.
+        config: PathBuf,
+        /// (key, value in the checkpoint, value in the config).
+        diffs: Vec<(String, String, String)>,
+    },
+}
+
+fn describe_diffs(diffs: &[(String, String, String)]) -> String {
+    diffs
+        .iter()
+        .map(|(key, saved, now)| {
+            format!("{key} is {saved} in the checkpoint but {now} in the config")
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
@@ -88,6 +180,84 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// Set by SIGINT (Ctrl-C) when the binary asks for it: training stops at the end of the
+/// current step and saves a checkpoint.
+pub fn interrupt_flag() -> Arc<AtomicBool> {
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
+        .clone()
+}
+
+/// Whether an interrupt was requested (see [`interrupt_flag`]).
+pub fn interrupted() -> bool {
+    interrupt_flag().load(Ordering::SeqCst)
+}
+
+/// Test hook: with `HEADLAB_TEST_PAUSE=NAME:STAGE@STEP` in the environment, the process
+/// announces `headlab-test: paused at NAME:STAGE@STEP` on stderr and sleeps when it reaches
+/// that point of writing checkpoint NAME, so tests can kill it at a known moment. Stages:
+/// `written` (files in the temporary folder, not yet renamed) and `swapped` (the old
+/// checkpoint moved aside, the new one not yet in place).
+fn pause_point(name: &str, stage: &str, step: usize) {
+    static WANTED: OnceLock<Option<String>> = OnceLock::new();
+    let wanted = WANTED.get_or_init(|| std::env::var("HEADLAB_TEST_PAUSE").ok());
+    let here = format!("{name}:{stage}@{step}");
+    if wanted.as_deref() == Some(here.as_str()) {
+        eprintln!("headlab-test: paused at {here}");
+        loop {
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+    }
+}
+
+/// Flushes a file or folder to disk.
+fn sync(path: &Path) -> Result<(), RunError> {
+    fs::File::open(path)
+        .and_then(|f| f.sync_all())
+        .map_err(io(path))
+}
+
+/// Flushes a folder's entries (renames) to disk; not every platform can open a folder for
+/// that, so failure is ignored.
+fn sync_dir(path: &Path) {
+    let _ = fs::File::open(path).and_then(|f| f.sync_all());
+}
+
+/// The folder holding `path`, `.` for a bare file name.
+fn parent_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// `dir/.NAME.SUFFIX` beside `path`.
+fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let name = path
+        .file_name()
+        .map_or_else(|| "run".into(), |n| n.to_string_lossy().into_owned());
+    parent_of(path).join(format!(".{name}.{suffix}"))
+}
+
+/// Replaces `path` with `bytes` atomically: a temporary file beside it, fsynced, renamed.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
+    let tmp = sibling(path, "tmp");
+    fs::write(&tmp, bytes).map_err(io(&tmp))?;
+    sync(&tmp)?;
+    fs::rename(&tmp, path).map_err(io(path))?;
+    sync_dir(&parent_of(path));
+    Ok(())
+}
+
+/// Size and SHA-256 of a file.
+fn digest(path: &Path) -> Result<FileDigest, RunError> {
+    let bytes = fs::read(path).map_err(io(path))?;
+    Ok(FileDigest {
+        bytes: bytes.len() as u64,
+        sha256: format!("{:x}", Sha256::digest(&bytes)),
+    })
 }
 
 /// Paths inside a run directory.
@@ -98,7 +268,7 @@ pub struct RunDir {
 }
 
 impl RunDir {
-    /// Creates a new run directory; an existing one is an error unless `force`.
+    /// Creates a new, empty run directory; an existing one is an error unless `force`.
     pub fn create(root: &Path, force: bool) -> Result<Self, RunError> {
         if root.exists() {
             if !force {
@@ -112,6 +282,48 @@ impl RunDir {
         })
     }
 
+    /// Creates a run directory holding `config` and `tokenizer`, atomically: it is assembled
+    /// under a temporary name beside `root` and renamed into place, so a crash never leaves a
+    /// run directory without its config or tokenizer. An existing `root` is an error unless
+    /// `force`, which replaces it.
+    pub fn create_with(
+        root: &Path,
+        force: bool,
+        config: &RunConfig,
+        tokenizer: &Tokenizer,
+    ) -> Result<Self, RunError> {
+        if root.exists() && !force {
+            return Err(RunError::Exists(root.to_path_buf()));
+        }
+        let toml = config.to_toml_string()?;
+        let parent = parent_of(root);
+        fs::create_dir_all(&parent).map_err(io(&parent))?;
+        let tmp = sibling(root, "creating");
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
+        }
+        fs::create_dir(&tmp).map_err(io(&tmp))?;
+        let staged = Self { root: tmp.clone() };
+        let written = (|| {
+            fs::write(staged.config_path(), toml).map_err(io(&staged.config_path()))?;
+            tokenizer.save(staged.tokenizer_path())?;
+            sync(&staged.config_path())?;
+            sync(&staged.tokenizer_path())?;
+            if root.exists() {
+                fs::remove_dir_all(root).map_err(io(root))?;
+            }
+            fs::rename(&tmp, root).map_err(io(root))
+        })();
+        if let Err(e) = written {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+        sync_dir(&parent);
+        Ok(Self {
+            root: root.to_path_buf(),
+        })
+    }
+
     /// Opens an existing run directory, checking it has a config and a tokenizer.
     pub fn open(root: &Path) -> Result<Self, RunError> {
         let run = Self {
@@ -120,7 +332,9 @@ impl RunDir {
         if !root.is_dir() {
             return Err(RunError::NotARun {
                 path: root.to_path_buf(),
-                why: "no such directory".into(),
+                why: "no such directory (give the folder `headlab train` wrote, e.g. \
+                      runs/default)"
+                    .into(),
             });
         }
         for (file, what) in [
@@ -163,12 +377,17 @@ impl RunDir {
         Ok(RunConfig::load(self.config_path())?)
     }
 
+    /// Replaces the saved config, atomically.
+    pub fn save_config(&self, config: &RunConfig) -> Result<(), RunError> {
+        write_atomic(&self.config_path(), config.to_toml_string()?.as_bytes())
+    }
+
     /// The saved tokenizer.
     pub fn tokenizer(&self) -> Result<Tokenizer, RunError> {
         Ok(Tokenizer::load(self.tokenizer_path())?)
     }
 
-    /// Writes model, optimizer and state as checkpoint `name`, atomically.
+    /// Writes model, optimizer, state and manifest as checkpoint `name`, atomically.
     pub fn save_checkpoint(
         &self,
         name: &str,
@@ -186,12 +405,25 @@ impl RunDir {
         let state_path = tmp.join("state.json");
         let json = serde_json::to_string_pretty(state).expect("state serialises");
         fs::write(&state_path, json).map_err(io(&state_path))?;
-        for file in ["model.bpk", "optim.safetensors", "state.json"] {
+        let mut files = BTreeMap::new();
+        for file in CHECKPOINT_FILES {
             let path = tmp.join(file);
-            fs::File::open(&path)
-                .and_then(|f| f.sync_all())
-                .map_err(io(&path))?;
+            sync(&path)?;
+            files.insert(file.to_string(), digest(&path)?);
         }
+        let manifest = Manifest {
+            format: 1,
+            step: state.step,
+            model: serde_json::to_value(&model.config).expect("model config serialises"),
+            files,
+        };
+        let manifest_path = tmp.join(MANIFEST);
+        let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
+        fs::write(&manifest_path, json + "\n").map_err(io(&manifest_path))?;
+        sync(&manifest_path)?;
+        sync_dir(&tmp);
+        pause_point(name, "written", state.step);
+
         let target = self.checkpoint(name);
         let old = self.root.join(format!(".{name}.old"));
         if target.exists() {
@@ -199,8 +431,11 @@ impl RunDir {
                 fs::remove_dir_all(&old).map_err(io(&old))?;
             }
             fs::rename(&target, &old).map_err(io(&target))?;
+            sync_dir(&self.root);
+            pause_point(name, "swapped", state.step);
         }
         fs::rename(&tmp, &target).map_err(io(&tmp))?;
+        sync_dir(&self.root);
         if old.exists() {
             fs::remove_dir_all(&old).map_err(io(&old))?;
         }
@@ -208,12 +443,13 @@ impl RunDir {
     }
 
     /// The folder of checkpoint `name`, or the previous one if a crash interrupted the swap.
+    /// Only complete checkpoints are ever renamed to these names.
     fn checkpoint_dir(&self, name: &str) -> Result<PathBuf, RunError> {
         let target = self.checkpoint(name);
         let old = self.root.join(format!(".{name}.old"));
-        if target.join("state.json").is_file() {
+        if target.is_dir() {
             Ok(target)
-        } else if old.join("state.json").is_file() {
+        } else if old.is_dir() {
             Ok(old)
         } else {
             Err(RunError::NotARun {
@@ -228,14 +464,87 @@ impl RunDir {
         self.checkpoint_dir(name).is_ok()
     }
 
-    /// Loads checkpoint `name` into a model built from `config` on `device`.
+    /// Checks every file of checkpoint `name` against its manifest, returning the folder and
+    /// the manifest.
+    pub fn verify_checkpoint(&self, name: &str) -> Result<(PathBuf, Manifest), RunError> {
+        let dir = self.checkpoint_dir(name)?;
+        let manifest_path = dir.join(MANIFEST);
+        let bad = |why: String| RunError::Manifest {
+            dir: dir.clone(),
+            why,
+        };
+        let text = match fs::read_to_string(&manifest_path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(bad("is missing".into()));
+            }
+            Err(e) => return Err(bad(format!("cannot be read ({e})"))),
+        };
+        let manifest: Manifest =
+            serde_json::from_str(&text).map_err(|e| bad(format!("is not valid ({e})")))?;
+        for file in CHECKPOINT_FILES {
+            let path = dir.join(file);
+            let Some(expected) = manifest.files.get(file) else {
+                return Err(bad(format!("does not list {file}")));
+            };
+            let corrupt = |why: String| RunError::Corrupt {
+                file: path.clone(),
+                manifest: manifest_path.clone(),
+                why,
+            };
+            let found = match digest(&path) {
+                Ok(found) => found,
+                Err(RunError::Io { source, .. }) => {
+                    return Err(corrupt(format!("it cannot be read ({source})")));
+                }
+                Err(e) => return Err(e),
+            };
+            if found.bytes != expected.bytes {
+                return Err(corrupt(format!(
+                    "it has {} bytes where {} were written",
+                    found.bytes, expected.bytes
+                )));
+            }
+            if found.sha256 != expected.sha256 {
+                return Err(corrupt(format!(
+                    "its SHA-256 is {} where {} was recorded",
+                    found.sha256, expected.sha256
+                )));
+            }
+        }
+        Ok((dir, manifest))
+    }
+
+    /// Errors unless checkpoint `name` was saved by a model built from `config`.
+    fn check_model_config(
+        &self,
+        dir: &Path,
+        manifest: &Manifest,
+        config: &GptConfig,
+    ) -> Result<(), RunError> {
+        let now = serde_json::to_value(config).expect("model config serialises");
+        let diffs = config_diffs(&manifest.model, &now);
+        if diffs.is_empty() {
+            Ok(())
+        } else {
+            Err(RunError::ConfigMismatch {
+                dir: dir.to_path_buf(),
+                config: self.config_path(),
+                diffs,
+            })
+        }
+    }
+
+    /// Loads checkpoint `name` into a model built from `config` on `device`, after verifying
+    /// its checksums and that it was saved from the same model config.
     pub fn load_model(
         &self,
         name: &str,
         config: &GptConfig,
         device: &Device,
     ) -> Result<(Gpt, TrainState), RunError> {
-        let dir = self.checkpoint_dir(name)?;
+        let (dir, manifest) = self.verify_checkpoint(name)?;
+        self.check_model_config(&dir, &manifest, config)?;
         let state_path = dir.join("state.json");
         let text = fs::read_to_string(&state_path).map_err(io(&state_path))?;
         let state: TrainState = serde_json::from_str(&text).map_err(|e| RunError::State {
@@ -250,14 +559,114 @@ impl RunDir {
         Ok((model, state))
     }
 
-    /// Loads the optimizer state of checkpoint `name`.
+    /// Loads the optimizer state of checkpoint `name`, after verifying its checksums.
     pub fn load_optim(
         &self,
         name: &str,
         config: AdamWConfig,
         device: &Device,
     ) -> Result<AdamW, RunError> {
-        let dir = self.checkpoint_dir(name)?;
+        let (dir, _) = self.verify_checkpoint(name)?;
         Ok(AdamW::load(config, &dir.join("optim.safetensors"), device)?)
+    }
+}
+
+/// The model keys whose values differ between a saved and a current `GptConfig` (as JSON),
+/// with defaults made explicit. Dropout is left out: it changes no weight.
+fn config_diffs(
+    saved: &serde_json::Value,
+    now: &serde_json::Value,
+) -> Vec<(String, String, String)> {
+    let effective = |v: &serde_json::Value| -> BTreeMap<String, serde_json::Value> {
+        let mut map: BTreeMap<String, serde_json::Value> = v
+            .as_object()
+            .map(|o| o.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
+            .unwrap_or_default();
+        let get = |map: &BTreeMap<String, serde_json::Value>, k: &str| {
+            map.get(k).and_then(|v| v.as_u64())
+        };
+        if map.get("n_kv_heads").is_none_or(|v| v.is_null())
+            && let Some(h) = get(&map, "n_heads")
+        {
+            map.insert("n_kv_heads".into(), h.into());
+        }
+        if map.get("d_ff").is_none_or(|v| v.is_null())
+            && let Some(d) = get(&map, "d_model")
+        {
+            map.insert("d_ff".into(), (4 * d).into());
+        }
+        map.remove("dropout");
+        map
+    };
+    // A default left unset on both sides follows the key it derives from, which is listed.
+    let unset = |v: &serde_json::Value, k: &str| v.get(k).is_none_or(|v| v.is_null());
+    let implied: Vec<&str> = ["n_kv_heads", "d_ff"]
+        .into_iter()
+        .filter(|k| unset(saved, k) && unset(now, k))
+        .collect();
+    let (saved, now) = (effective(saved), effective(now));
+    let keys: std::collections::BTreeSet<&String> = saved.keys().chain(now.keys()).collect();
+    let show = |v: Option<&serde_json::Value>| v.map_or("unset".to_string(), |v| v.to_string());
+    keys.into_iter()
+        .filter(|k| saved.get(*k) != now.get(*k) && !implied.contains(&k.as_str()))
+        .map(|k| {
+            let key = if k == "vocab_size" {
+                "the vocabulary size (tokenizer.json)".to_string()
+            } else {
+                format!("model.{k}")
+            };
+            (key, show(saved.get(k)), show(now.get(k)))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn config_diffs_name_keys_and_apply_defaults() {
+        let saved = json!({"vocab_size": 26, "d_model": 32, "n_heads": 2, "n_kv_heads": null,
+                           "d_ff": null, "dropout": 0.0});
+        let same = json!({"vocab_size": 26, "d_model": 32, "n_heads": 2, "n_kv_heads": 2,
+                          "d_ff": 128, "dropout": 0.2});
+        assert!(config_diffs(&saved, &same).is_empty());
+        let other = json!({"vocab_size": 27, "d_model": 64, "n_heads": 2, "n_kv_heads": null,
+                           "d_ff": null, "dropout": 0.0});
+        let diffs = config_diffs(&saved, &other);
+        let keys: Vec<&str> = diffs.iter().map(|d| d.0.as_str()).collect();
+        // d_ff is unset on both sides: its change follows d_model's.
+        assert_eq!(
+            keys,
+            ["model.d_model", "the vocabulary size (tokenizer.json)"]
+        );
+        assert_eq!(diffs[0], ("model.d_model".into(), "32".into(), "64".into()));
+        let explicit = json!({"vocab_size": 26, "d_model": 32, "n_heads": 2, "n_kv_heads": 1,
+                              "d_ff": 128, "dropout": 0.0});
+        let keys: Vec<String> = config_diffs(&saved, &explicit)
+            .into_iter()
+            .map(|d| d.0)
+            .collect();
+        assert_eq!(keys, ["model.n_kv_heads"]);
+        let msg = describe_diffs(&diffs[..1]);
+        assert_eq!(
+            msg,
+            "model.d_model is 32 in the checkpoint but 64 in the config"
+        );
+    }
+
+    #[test]
+    fn write_atomic_replaces_and_leaves_no_temporary() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.txt");
+        write_atomic(&path, b"one").unwrap();
+        write_atomic(&path, b"two").unwrap();
+        assert_eq!(fs::read(&path).unwrap(), b"two");
+        let names: Vec<_> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["f.txt"]);
     }
 }

@@ -1,14 +1,24 @@
-//! Tokenizers: characters (nanoGPT's `shakespeare_char`) or raw UTF-8 bytes.
+//! Tokenizers: characters (nanoGPT's `shakespeare_char`), raw UTF-8 bytes, or a byte-level
+//! BPE trained with Hugging Face's `tokenizers` crate.
 //!
 //! The tokenizer is saved next to every checkpoint as `tokenizer.json`, because a char
-//! vocabulary depends on the corpus it was built from: sampling or probing a run with a
-//! rebuilt vocabulary would silently shuffle token ids.
+//! vocabulary and a BPE depend on the corpus they were built from: sampling or probing a
+//! run with a rebuilt vocabulary would silently shuffle token ids.
+//!
+//! A BPE is stored as `{"kind": "bpe", "huggingface": {...}}`, where the inner object is
+//! the Hugging Face `tokenizer.json` itself (loadable by `Tokenizer.from_str` in Python).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
+use std::sync::LazyLock;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
+use tokenizers::normalizers::NormalizerWrapper;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::processors::PostProcessorWrapper;
+use tokenizers::{Model, TokenizerBuilder, TokenizerImpl};
 
 /// Stands in for a token id that no vocabulary entry has, so decoding never panics.
 const REPLACEMENT: char = char::REPLACEMENT_CHARACTER;
@@ -22,20 +32,34 @@ pub enum TokenizerKind {
     Char,
     /// One token per byte: 256 symbols, any UTF-8 text.
     Byte,
+    /// Byte-level BPE with `data.vocab_size` tokens, trained on the training split: the 256
+    /// bytes plus merged byte sequences, any UTF-8 text.
+    Bpe,
 }
 
 impl TokenizerKind {
     /// Every kind, for error messages and `--help`.
-    pub const ALL: [TokenizerKind; 2] = [TokenizerKind::Char, TokenizerKind::Byte];
+    pub const ALL: [TokenizerKind; 3] =
+        [TokenizerKind::Char, TokenizerKind::Byte, TokenizerKind::Bpe];
 
     /// The name used in configs and on the command line.
     pub fn name(self) -> &'static str {
         match self {
             TokenizerKind::Char => "char",
             TokenizerKind::Byte => "byte",
+            TokenizerKind::Bpe => "bpe",
         }
     }
 }
+
+/// `data.vocab_size` when a BPE is built without one.
+pub const DEFAULT_BPE_VOCAB: usize = 1024;
+/// The smallest BPE vocabulary: one token per byte, no merges.
+pub const MIN_BPE_VOCAB: usize = 256;
+/// The largest BPE vocabulary headlab trains.
+pub const MAX_BPE_VOCAB: usize = 65_536;
+/// BPE training text from this many bytes on says so, and shows progress bars on a terminal.
+const BPE_PROGRESS_BYTES: usize = 500_000;
 
 impl fmt::Display for TokenizerKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -75,8 +99,15 @@ pub enum TokenizerError {
         column: usize,
         vocab_size: usize,
     },
-    #[error("unknown tokenizer {0:?}; valid tokenizers: char, byte")]
+    #[error("unknown tokenizer {0:?}; valid tokenizers: char, byte, bpe")]
     UnknownKind(String),
+    #[error(
+        "data.vocab_size = {0} is out of range for a byte-level BPE: it must be from 256 \
+         (one token per byte) to 65536 (e.g. 1024)"
+    )]
+    BpeVocabSize(usize),
+    #[error("byte-level BPE: {0}")]
+    Bpe(String),
     #[error("cannot read tokenizer file {}: {source}", path.display())]
     Read {
         path: PathBuf,
@@ -138,7 +169,8 @@ impl From<CharVocab> for Vec<char> {
     }
 }
 
-/// A tokenizer, stored as JSON (`{"kind": "char", "vocab": [...]}` or `{"kind": "byte"}`).
+/// A tokenizer, stored as JSON (`{"kind": "char", "vocab": [...]}`, `{"kind": "byte"}` or
+/// `{"kind": "bpe", "huggingface": {...}}`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase", deny_unknown_fields)]
 pub enum Tokenizer {
@@ -147,6 +179,8 @@ pub enum Tokenizer {
     Char { vocab: CharVocab },
     /// Token id = byte value.
     Byte,
+    /// A byte-level BPE (GPT-2 style): ids 0..256 are the bytes, the rest merges.
+    Bpe { huggingface: Box<BpeTokenizer> },
 }
 
 impl Tokenizer {
@@ -164,11 +198,22 @@ impl Tokenizer {
         Tokenizer::Byte
     }
 
-    /// Builds the tokenizer of `kind` for `corpus` (the byte tokenizer ignores the corpus).
+    /// A byte-level BPE of at most `vocab_size` tokens trained on `corpus` (fewer when the
+    /// corpus has too few distinct pairs to merge). Deterministic: the same corpus and
+    /// vocabulary size give the same tokenizer.
+    pub fn train_bpe(corpus: &str, vocab_size: usize) -> Result<Self, TokenizerError> {
+        Ok(Tokenizer::Bpe {
+            huggingface: Box::new(BpeTokenizer::train(corpus, vocab_size)?),
+        })
+    }
+
+    /// Builds the tokenizer of `kind` for `corpus` (the byte tokenizer ignores the corpus; a
+    /// BPE gets [`DEFAULT_BPE_VOCAB`] tokens, see [`Tokenizer::train_bpe`] for others).
     pub fn for_corpus(kind: TokenizerKind, corpus: &str) -> Result<Self, TokenizerError> {
         match kind {
             TokenizerKind::Char => Self::char_from_corpus(corpus),
             TokenizerKind::Byte => Ok(Self::byte()),
+            TokenizerKind::Bpe => Self::train_bpe(corpus, DEFAULT_BPE_VOCAB),
         }
     }
 
@@ -176,6 +221,7 @@ impl Tokenizer {
         match self {
             Tokenizer::Char { .. } => TokenizerKind::Char,
             Tokenizer::Byte => TokenizerKind::Byte,
+            Tokenizer::Bpe { .. } => TokenizerKind::Bpe,
         }
     }
 
@@ -184,13 +230,16 @@ impl Tokenizer {
         match self {
             Tokenizer::Char { vocab } => vocab.chars.len(),
             Tokenizer::Byte => 256,
+            Tokenizer::Bpe { huggingface } => huggingface.vocab_size(),
         }
     }
 
-    /// Encodes `text`; fails on the first character a char vocabulary lacks.
+    /// Encodes `text`; fails on the first character a char vocabulary lacks (byte and BPE
+    /// encode any text).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
         match self {
             Tokenizer::Byte => Ok(text.bytes().map(u32::from).collect()),
+            Tokenizer::Bpe { huggingface } => huggingface.encode(text),
             Tokenizer::Char { vocab } => {
                 let mut ids = Vec::with_capacity(text.len());
                 for (index, ch) in text.chars().enumerate() {
@@ -212,7 +261,9 @@ impl Tokenizer {
                 .iter()
                 .map(|&id| vocab.chars.get(id as usize).copied().unwrap_or(REPLACEMENT))
                 .collect(),
-            Tokenizer::Byte => String::from_utf8_lossy(&self.decode_token_bytes(ids)).into_owned(),
+            Tokenizer::Byte | Tokenizer::Bpe { .. } => {
+                String::from_utf8_lossy(&self.decode_token_bytes(ids)).into_owned()
+            }
         }
     }
 
@@ -233,14 +284,57 @@ impl Tokenizer {
                 }
                 out
             }
+            Tokenizer::Bpe { huggingface } => {
+                let mut out = Vec::with_capacity(ids.len() * 4);
+                for &id in ids {
+                    match huggingface.token_bytes(id) {
+                        Some(bytes) => out.extend_from_slice(bytes),
+                        None => {
+                            let mut buf = [0; 4];
+                            out.extend_from_slice(REPLACEMENT.encode_utf8(&mut buf).as_bytes());
+                        }
+                    }
+                }
+                out
+            }
             Tokenizer::Char { .. } => self.decode(ids).into_bytes(),
+        }
+    }
+
+    /// How many characters of text `ids` stand for: the characters whose first byte lies in
+    /// one of these tokens (a character split across tokens counts once, in the token that
+    /// starts it). Ids outside the vocabulary count as one character (U+FFFD). This is the
+    /// denominator of bits per character, so models with different tokenizers compare.
+    pub fn char_count(&self, ids: &[u32]) -> usize {
+        match self {
+            Tokenizer::Char { .. } => ids.len(),
+            Tokenizer::Byte => ids
+                .iter()
+                .filter(|&&id| u8::try_from(id).map_or(true, starts_char))
+                .count(),
+            Tokenizer::Bpe { huggingface } => ids
+                .iter()
+                .map(|&id| {
+                    huggingface
+                        .token_bytes(id)
+                        .map_or(1, |b| b.iter().filter(|&&b| starts_char(b)).count())
+                })
+                .sum(),
         }
     }
 
     /// A short visible label for one token, for axes of attention pictures: printable
     /// characters as themselves, space as `·`, control characters escaped (`\n`), and
     /// non-ASCII bytes of the byte tokenizer as `\xNN` (they are fragments of characters).
+    /// A BPE token shows its decoded text the same way, e.g. `·the` or `,\n`; bytes that are
+    /// only part of a character show as `\xNN`.
     pub fn token_text(&self, id: u32) -> String {
+        if let Tokenizer::Bpe { huggingface } = self {
+            return match huggingface.token_bytes(id) {
+                None => format!("<{id}?>"),
+                Some(bytes) => visible_bytes(bytes),
+            };
+        }
         let ch = match self {
             Tokenizer::Char { vocab } => vocab.chars.get(id as usize).copied(),
             Tokenizer::Byte => match u8::try_from(id) {
@@ -248,19 +342,18 @@ impl Tokenizer {
                 Ok(b) => return format!("\\x{b:02X}"),
                 Err(_) => None,
             },
+            Tokenizer::Bpe { .. } => None,
         };
         match ch {
             None => format!("<{id}?>"),
-            Some(' ') => "·".to_string(),
-            Some(c) if c.is_control() || c.is_whitespace() => c.escape_default().to_string(),
-            Some(c) => c.to_string(),
+            Some(c) => visible_char(c),
         }
     }
 
     /// Writes the tokenizer as pretty JSON.
     pub fn save(&self, path: impl AsRef<Path>) -> Result<(), TokenizerError> {
         let path = path.as_ref();
-        // Serialising plain strings and a tag cannot fail.
+        // Serialising strings, numbers and a tag cannot fail.
         let json = serde_json::to_string_pretty(self).expect("tokenizer serialises to JSON");
         std::fs::write(path, json + "\n").map_err(|source| TokenizerError::Write {
             path: path.to_path_buf(),
@@ -284,6 +377,251 @@ impl Tokenizer {
 
 fn codepoint(ch: &char) -> u32 {
     u32::from(*ch)
+}
+
+/// Whether `b` is the first byte of a UTF-8 character (not a continuation byte).
+fn starts_char(b: u8) -> bool {
+    b & 0xC0 != 0x80
+}
+
+/// One character as a visible label: space as `·`, control characters and other
+/// whitespace escaped.
+fn visible_char(c: char) -> String {
+    match c {
+        ' ' => "·".to_string(),
+        c if c.is_control() || c.is_whitespace() => c.escape_default().to_string(),
+        c => c.to_string(),
+    }
+}
+
+/// Bytes as a visible label: the characters they hold through [`visible_char`], and bytes
+/// that are not a whole character as `\xNN`.
+fn visible_bytes(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.utf8_chunks() {
+        out.extend(chunk.valid().chars().map(visible_char));
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The Hugging Face tokenizer behind [`Tokenizer::Bpe`]: a BPE model over GPT-2's byte
+/// alphabet, a byte-level pre-tokenizer (GPT-2's split regex, no added prefix space) and a
+/// byte-level decoder.
+type HfBpe = TokenizerImpl<BPE, NormalizerWrapper, ByteLevel, PostProcessorWrapper, ByteLevel>;
+
+/// GPT-2's `bytes_to_unicode`: every byte as a printable character (printable Latin-1
+/// bytes as themselves, the other 68 as U+0100 onwards), the alphabet of byte-level BPE
+/// vocabularies.
+struct ByteAlphabet {
+    to_char: [char; 256],
+    /// Indexed by the character's code point (all are below 0x144).
+    to_byte: [Option<u8>; 0x144],
+}
+
+static BYTE_ALPHABET: LazyLock<ByteAlphabet> = LazyLock::new(|| {
+    let mut to_char = ['\0'; 256];
+    let mut to_byte = [None; 0x144];
+    let mut next = 0x100u32;
+    for b in 0..=255u8 {
+        let c = if matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF) {
+            char::from(b)
+        } else {
+            next += 1;
+            char::from_u32(next - 1).expect("U+0100..U+0143 are characters")
+        };
+        to_char[usize::from(b)] = c;
+        to_byte[c as usize] = Some(b);
+    }
+    ByteAlphabet { to_char, to_byte }
+});
+
+impl ByteAlphabet {
+    /// The bytes a vocabulary entry spells, or `None` if it has a character outside the
+    /// byte alphabet.
+    fn bytes(&self, token: &str) -> Option<Vec<u8>> {
+        token
+            .chars()
+            .map(|c| self.to_byte.get(c as usize).copied().flatten())
+            .collect()
+    }
+}
+
+/// A trained byte-level BPE: the Hugging Face tokenizer plus each token's bytes, so
+/// decoding is exact (a model may emit half a character) and labels are cheap.
+#[derive(Clone)]
+pub struct BpeTokenizer {
+    hf: HfBpe,
+    /// The bytes of each token id, `0..vocab_size`.
+    token_bytes: Vec<Vec<u8>>,
+}
+
+impl BpeTokenizer {
+    /// Trains a byte-level BPE of at most `vocab_size` tokens on `corpus`, which is cut
+    /// into lines exactly as [`BpeTokenizer::encode`] cuts text.
+    pub fn train(corpus: &str, vocab_size: usize) -> Result<Self, TokenizerError> {
+        if !(MIN_BPE_VOCAB..=MAX_BPE_VOCAB).contains(&vocab_size) {
+            return Err(TokenizerError::BpeVocabSize(vocab_size));
+        }
+        let bpe_err = |e: tokenizers::Error| TokenizerError::Bpe(e.to_string());
+        let mut hf: HfBpe = TokenizerBuilder::new()
+            .with_model(BPE::default())
+            .with_normalizer(None)
+            .with_pre_tokenizer(Some(byte_level()))
+            .with_post_processor(None)
+            .with_decoder(Some(byte_level()))
+            .build()
+            .map_err(bpe_err)?;
+        let large = corpus.len() >= BPE_PROGRESS_BYTES;
+        // Only on a terminal: the bars also print blank lines to stdout.
+        let show_progress = large && std::io::IsTerminal::is_terminal(&std::io::stderr());
+        if large {
+            eprintln!(
+                "headlab: training a byte-level BPE of {vocab_size} tokens on {} characters",
+                corpus.chars().count()
+            );
+        }
+        let mut trainer = BpeTrainerBuilder::new()
+            .vocab_size(vocab_size)
+            .min_frequency(0)
+            .show_progress(show_progress)
+            .initial_alphabet(BYTE_ALPHABET.to_char.iter().copied().collect())
+            .build();
+        // A Vec, so the progress bar knows the number of lines.
+        let lines: Vec<&str> = lines(corpus).collect();
+        hf.train(&mut trainer, lines.into_iter()).map_err(bpe_err)?;
+        Self::from_hf(hf).map_err(TokenizerError::Bpe)
+    }
+
+    /// Checks a Hugging Face tokenizer is a byte-level BPE headlab can use and indexes it.
+    fn from_hf(hf: HfBpe) -> Result<Self, String> {
+        let pre = hf
+            .get_pre_tokenizer()
+            .ok_or("it has no pre-tokenizer (expected ByteLevel)")?;
+        if pre.add_prefix_space {
+            return Err(
+                "its ByteLevel pre-tokenizer adds a prefix space, which would change \
+                        the text on decoding"
+                    .into(),
+            );
+        }
+        if hf.get_normalizer().is_some() {
+            return Err("it has a normalizer, which would change the text".into());
+        }
+        if hf.get_vocab_size(true) != hf.get_vocab_size(false) {
+            return Err("it has added tokens, which headlab does not use".into());
+        }
+        let model = hf.get_model();
+        if model.dropout.is_some_and(|d| d > 0.0) {
+            return Err("its BPE has dropout, which would make encoding random".into());
+        }
+        let n = model.get_vocab_size();
+        if !(MIN_BPE_VOCAB..=MAX_BPE_VOCAB).contains(&n) {
+            return Err(format!(
+                "its vocabulary has {n} tokens, but a byte-level BPE has {MIN_BPE_VOCAB} to \
+                 {MAX_BPE_VOCAB}"
+            ));
+        }
+        let mut token_bytes = Vec::with_capacity(n);
+        for id in 0..n as u32 {
+            let token = model
+                .id_to_token(id)
+                .ok_or_else(|| format!("token ids are not 0..{n}: id {id} is missing"))?;
+            let bytes = BYTE_ALPHABET.bytes(&token).ok_or_else(|| {
+                format!("token {id} ({token:?}) is not made of byte-level characters")
+            })?;
+            if bytes.is_empty() {
+                return Err(format!("token {id} is empty"));
+            }
+            token_bytes.push(bytes);
+        }
+        for (b, c) in BYTE_ALPHABET.to_char.iter().enumerate() {
+            if model.token_to_id(&c.to_string()).is_none() {
+                return Err(format!(
+                    "byte 0x{b:02X} has no token, so some text could not be encoded"
+                ));
+            }
+        }
+        Ok(Self { hf, token_bytes })
+    }
+
+    /// Number of token ids.
+    pub fn vocab_size(&self) -> usize {
+        self.token_bytes.len()
+    }
+
+    /// The bytes token `id` stands for (`None` outside the vocabulary).
+    pub fn token_bytes(&self, id: u32) -> Option<&[u8]> {
+        self.token_bytes.get(id as usize).map(Vec::as_slice)
+    }
+
+    /// Encodes any text. Lines are encoded separately (in parallel) and concatenated, so
+    /// long texts encode fast; the tokenizer was trained on the same cut.
+    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+        let encodings = self
+            .hf
+            .encode_batch_fast(lines(text).collect::<Vec<_>>(), false)
+            .map_err(|e| TokenizerError::Bpe(e.to_string()))?;
+        Ok(encodings
+            .iter()
+            .flat_map(|e| e.get_ids().iter().copied())
+            .collect())
+    }
+
+    /// The Hugging Face `tokenizer.json` text.
+    pub fn to_huggingface_json(&self) -> String {
+        // A BPE of strings and numbers always serialises.
+        self.hf.to_string(false).expect("BPE serialises to JSON")
+    }
+}
+
+/// GPT-2's byte-level pre-tokenizer and decoder, without the leading space GPT-2 adds (so
+/// decoding gives back exactly the text).
+fn byte_level() -> ByteLevel {
+    ByteLevel::new(false, false, true)
+}
+
+/// Text cut after each newline: the unit BPE training and encoding work on.
+fn lines(text: &str) -> impl Iterator<Item = &str> {
+    text.split_inclusive('\n')
+}
+
+impl fmt::Debug for BpeTokenizer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BpeTokenizer")
+            .field("vocab_size", &self.vocab_size())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PartialEq for BpeTokenizer {
+    fn eq(&self, other: &Self) -> bool {
+        self.token_bytes == other.token_bytes
+            && self.to_huggingface_json() == other.to_huggingface_json()
+    }
+}
+
+impl Eq for BpeTokenizer {}
+
+impl Serialize for BpeTokenizer {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.hf.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for BpeTokenizer {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        // Through text: the Hugging Face deserialisers expect borrowed strings, which a
+        // buffered (internally tagged) value cannot always give.
+        let value = serde_json::Value::deserialize(deserializer)?;
+        let hf: HfBpe = serde_json::to_string(&value)
+            .and_then(|json| serde_json::from_str(&json))
+            .map_err(|e| D::Error::custom(format!("invalid Hugging Face BPE: {e}")))?;
+        Self::from_hf(hf).map_err(|why| D::Error::custom(format!("unusable byte-level BPE: {why}")))
+    }
 }
 
 fn unknown_char(text: &str, index: usize, ch: char, vocab_size: usize) -> TokenizerError {
@@ -365,6 +703,13 @@ mod tests {
 
     fn temp_path(name: &str) -> PathBuf {
         std::env::temp_dir().join(format!("headlab-tok-{}-{name}", std::process::id()))
+    }
+
+    const BPE_CORPUS: &str = "the cat sat on the mat.\nthe dog sat on the log.\n\
+                              a cat and a dog: the end.\n";
+
+    fn small_bpe() -> Tokenizer {
+        Tokenizer::train_bpe(&BPE_CORPUS.repeat(20), 300).unwrap()
     }
 
     #[test]
@@ -463,10 +808,143 @@ mod tests {
     }
 
     #[test]
+    fn byte_alphabet_is_gpt2s() {
+        let hf: std::collections::HashSet<char> = ByteLevel::alphabet().into_iter().collect();
+        let ours: std::collections::HashSet<char> = BYTE_ALPHABET.to_char.iter().copied().collect();
+        assert_eq!(ours, hf);
+        // GPT-2's well-known spellings of space and newline.
+        assert_eq!(BYTE_ALPHABET.to_char[usize::from(b' ')], 'Ġ');
+        assert_eq!(BYTE_ALPHABET.to_char[usize::from(b'\n')], 'Ċ');
+        assert_eq!(BYTE_ALPHABET.to_char[usize::from(b'a')], 'a');
+        for b in 0..=255u8 {
+            let c = BYTE_ALPHABET.to_char[usize::from(b)];
+            assert_eq!(BYTE_ALPHABET.bytes(&c.to_string()), Some(vec![b]));
+        }
+        assert_eq!(BYTE_ALPHABET.bytes("a\u{2028}"), None);
+    }
+
+    #[test]
+    fn bpe_merges_frequent_pairs_and_keeps_every_byte() {
+        let t = small_bpe();
+        assert_eq!(t.kind(), TokenizerKind::Bpe);
+        let n = t.vocab_size();
+        assert!(n > 256 && n <= 300, "{n}");
+        let ids = t.encode("the cat sat on the mat.\n").unwrap();
+        assert!(ids.len() < 12, "frequent words are merged: {ids:?}");
+        assert!(ids.iter().all(|&i| (i as usize) < n));
+        assert_eq!(t.decode(&ids), "the cat sat on the mat.\n");
+        // Never-seen text still encodes, a byte at a time at worst.
+        let unseen = "Zoë's naïve café ☕ 🙂\r\n\0";
+        let ids = t.encode(unseen).unwrap();
+        assert_eq!(t.decode(&ids), unseen);
+        assert_eq!(t.char_count(&ids), unseen.chars().count());
+        assert_eq!(t.encode("").unwrap(), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn bpe_labels_show_decoded_text() {
+        let t = small_bpe();
+        let labels: Vec<String> = t
+            .encode("the cat sat\n")
+            .unwrap()
+            .iter()
+            .map(|&id| t.token_text(id))
+            .collect();
+        assert_eq!(labels.concat(), "the·cat·sat\\n", "{labels:?}");
+        assert!(labels.iter().any(|l| l.chars().count() > 2), "{labels:?}");
+        // Single bytes: ASCII as itself, bytes of a longer character as \xNN.
+        let e = t.encode("é").unwrap();
+        let shown: String = e.iter().map(|&id| t.token_text(id)).collect();
+        assert_eq!(shown, "\\xC3\\xA9");
+        assert_eq!(
+            t.token_text(t.vocab_size() as u32),
+            format!("<{}?>", t.vocab_size())
+        );
+        assert_eq!(visible_bytes("€\t".as_bytes()), "€\\t");
+        assert_eq!(visible_bytes(&[b'a', 0xE2, 0x82]), "a\\xE2\\x82");
+    }
+
+    #[test]
+    fn bpe_decodes_partial_characters_exactly() {
+        let t = small_bpe();
+        let ids = t.encode("€").unwrap();
+        assert_eq!(ids.len(), 3, "one token per byte for an unseen character");
+        assert_eq!(t.decode_token_bytes(&ids[..1]), vec![0xE2]);
+        assert_eq!(t.decode(&ids[..1]), "\u{FFFD}");
+        // Out of range ids become U+FFFD.
+        assert_eq!(t.decode(&[t.vocab_size() as u32]), "\u{FFFD}");
+        let mut d = StreamDecoder::new();
+        let mut out = String::new();
+        for &id in &ids {
+            out += &d.push(&t.decode_token_bytes(&[id]));
+        }
+        assert_eq!(out + &d.finish(), "€");
+    }
+
+    #[test]
+    fn char_count_counts_characters_once() {
+        let text = "aé€🙂";
+        for t in [
+            Tokenizer::char_from_corpus(text).unwrap(),
+            Tokenizer::byte(),
+            small_bpe(),
+        ] {
+            let ids = t.encode(text).unwrap();
+            assert_eq!(t.char_count(&ids), 4, "{}", t.kind());
+        }
+        // A split character counts in the token that starts it.
+        let b = Tokenizer::byte();
+        let ids = b.encode("é").unwrap();
+        assert_eq!((b.char_count(&ids[..1]), b.char_count(&ids[1..])), (1, 0));
+    }
+
+    #[test]
+    fn bpe_vocab_size_is_checked() {
+        for bad in [0, 255, 65_537] {
+            let msg = Tokenizer::train_bpe("abc", bad).unwrap_err().to_string();
+            assert!(
+                msg.contains(&format!("data.vocab_size = {bad}")) && msg.contains("256"),
+                "{msg}"
+            );
+        }
+        // 256 is the bytes alone.
+        let t = Tokenizer::train_bpe("aaaa", 256).unwrap();
+        assert_eq!(t.vocab_size(), 256);
+        assert_eq!(t.encode("aaaa").unwrap().len(), 4);
+        // A tiny corpus runs out of pairs before the requested size.
+        let t = Tokenizer::train_bpe("abab", 1024).unwrap();
+        assert!(t.vocab_size() < 260, "{}", t.vocab_size());
+    }
+
+    #[test]
+    fn bpe_json_is_tagged_huggingface_json() {
+        let t = small_bpe();
+        let v: serde_json::Value = serde_json::to_value(&t).unwrap();
+        assert_eq!(v["kind"], "bpe");
+        assert_eq!(v["huggingface"]["model"]["type"], "BPE");
+        assert_eq!(v["huggingface"]["pre_tokenizer"]["type"], "ByteLevel");
+        assert_eq!(v["huggingface"]["pre_tokenizer"]["add_prefix_space"], false);
+        let Tokenizer::Bpe { huggingface } = &t else {
+            panic!("expected a BPE")
+        };
+        let inner: serde_json::Value =
+            serde_json::from_str(&huggingface.to_huggingface_json()).unwrap();
+        assert_eq!(inner, v["huggingface"]);
+        assert_eq!(
+            format!("{t:?}"),
+            format!(
+                "Bpe {{ huggingface: BpeTokenizer {{ vocab_size: {}, .. }} }}",
+                t.vocab_size()
+            )
+        );
+    }
+
+    #[test]
     fn save_and_load_round_trip() {
         for t in [
             Tokenizer::char_from_corpus("First Citizen:\nBefore we proceed é\"\\").unwrap(),
             Tokenizer::byte(),
+            small_bpe(),
         ] {
             let path = temp_path(&format!("{}.json", t.kind()));
             t.save(&path).unwrap();
@@ -494,18 +972,53 @@ mod tests {
         let msg = Tokenizer::load(&missing).unwrap_err().to_string();
         assert!(msg.contains(&missing.display().to_string()), "{msg}");
 
-        for (name, body) in [
-            ("garbage.json", "{not json"),
-            ("unsorted.json", r#"{"kind":"char","vocab":["b","a"]}"#),
-            ("kind.json", r#"{"kind":"word"}"#),
-        ] {
+        let mut bpe: serde_json::Value = serde_json::to_value(small_bpe()).unwrap();
+        let good = bpe.to_string();
+        let mut broken = Vec::new();
+        let hf = &mut bpe["huggingface"];
+        hf["model"]["vocab"].as_object_mut().unwrap().remove("Ġ");
+        broken.push(("bpe-no-space-byte.json", bpe.to_string(), ""));
+        let mut bpe: serde_json::Value = serde_json::from_str(&good).unwrap();
+        bpe["huggingface"]["pre_tokenizer"]["add_prefix_space"] = true.into();
+        broken.push(("bpe-prefix.json", bpe.to_string(), "prefix space"));
+        let mut bpe: serde_json::Value = serde_json::from_str(&good).unwrap();
+        bpe["huggingface"]["model"]["vocab"]["a"] = 100_000.into();
+        broken.push(("bpe-ids.json", bpe.to_string(), "missing"));
+        let mut bpe: serde_json::Value = serde_json::from_str(&good).unwrap();
+        bpe["huggingface"]["model"]["type"] = "WordPiece".into();
+        broken.push(("bpe-model.json", bpe.to_string(), "BPE"));
+        broken.push((
+            "bpe-truncated.json",
+            good[..good.len() / 2].to_string(),
+            "EOF",
+        ));
+        broken.push(("bpe-empty.json", r#"{"kind":"bpe"}"#.into(), "huggingface"));
+
+        for (name, body, part) in [
+            ("garbage.json", "{not json".to_string(), ""),
+            (
+                "unsorted.json",
+                r#"{"kind":"char","vocab":["b","a"]}"#.to_string(),
+                "",
+            ),
+            ("kind.json", r#"{"kind":"word"}"#.to_string(), "bpe"),
+        ]
+        .into_iter()
+        .chain(broken)
+        {
             let path = temp_path(name);
             std::fs::write(&path, body).unwrap();
             let err = Tokenizer::load(&path).unwrap_err();
             std::fs::remove_file(&path).unwrap();
-            assert!(matches!(err, TokenizerError::Corrupt { .. }), "{err:?}");
+            assert!(
+                matches!(err, TokenizerError::Corrupt { .. }),
+                "{name}: {err:?}"
+            );
             let msg = err.to_string();
-            assert!(msg.contains(&path.display().to_string()), "{msg}");
+            assert!(
+                msg.contains(&path.display().to_string()) && msg.contains(part),
+                "{name}: {part:?} missing from {msg}"
+            );
         }
     }
 
@@ -515,8 +1028,12 @@ mod tests {
             "byte".parse::<TokenizerKind>().unwrap(),
             TokenizerKind::Byte
         );
-        let msg = "bpe".parse::<TokenizerKind>().unwrap_err().to_string();
-        assert!(msg.contains("bpe") && msg.contains("char, byte"), "{msg}");
+        assert_eq!("bpe".parse::<TokenizerKind>().unwrap(), TokenizerKind::Bpe);
+        let msg = "word".parse::<TokenizerKind>().unwrap_err().to_string();
+        assert!(
+            msg.contains("word") && msg.contains("char, byte, bpe"),
+            "{msg}"
+        );
     }
 
     proptest! {
@@ -526,6 +1043,16 @@ mod tests {
             let ids = t.encode(&s).unwrap();
             prop_assert_eq!(ids.len(), s.len());
             prop_assert_eq!(t.decode(&ids), s);
+        }
+
+        #[test]
+        fn bpe_round_trip(s in any::<String>()) {
+            static BPE: LazyLock<Tokenizer> = LazyLock::new(small_bpe);
+            let ids = BPE.encode(&s).unwrap();
+            prop_assert!(ids.len() <= s.len());
+            prop_assert!(ids.iter().all(|&i| (i as usize) < BPE.vocab_size()));
+            prop_assert_eq!(BPE.char_count(&ids), s.chars().count());
+            prop_assert_eq!(BPE.decode(&ids), s);
         }
 
         #[test]

@@ -54,7 +54,8 @@ pub enum TrainError {
     #[error(
         "training diverged at step {step}: the {what} is {value} (lr {lr:.3e}). The last good \
          checkpoint is kept in {checkpoint}; lower train.lr or raise train.warmup_iters and \
-         start again, or continue with --resume"
+         start again, or continue from that checkpoint with --resume and a lower \
+         --set train.lr=..."
     )]
     Diverged {
         /// Iteration.
@@ -71,6 +72,18 @@ pub enum TrainError {
     /// Writing metrics or plots.
     #[error("{0}")]
     Output(String),
+    /// SIGINT (Ctrl-C): stopped at the end of a step with the `last` checkpoint saved there.
+    #[error(
+        "interrupted at step {step}; the last checkpoint is saved in {}; resume with: \
+         headlab train --resume {}",
+        .run.join("last").display(), .run.display()
+    )]
+    Interrupted {
+        /// The step the run stopped at (and the checkpoint holds).
+        step: usize,
+        /// The run directory.
+        run: PathBuf,
+    },
 }
 
 /// What `headlab train` was asked to do.
@@ -203,6 +216,8 @@ struct Metric<'a> {
     lr: f64,
     tokens_per_s: f64,
     elapsed_s: f64,
+    /// `loss` in bits per character of the split's text (comparable across tokenizers).
+    bpc: f64,
 }
 
 struct Metrics {
@@ -219,8 +234,11 @@ impl Metrics {
             iters: Vec::new(),
         };
         if fresh || !metrics.path.exists() {
-            std::fs::write(&metrics.path, "step,split,loss,lr,tokens_per_s,elapsed_s\n")
-                .map_err(|e| TrainError::Output(format!("{}: {e}", metrics.path.display())))?;
+            std::fs::write(
+                &metrics.path,
+                "step,split,loss,lr,tokens_per_s,elapsed_s,bpc\n",
+            )
+            .map_err(|e| TrainError::Output(format!("{}: {e}", metrics.path.display())))?;
         } else {
             metrics.reload();
         }
@@ -259,22 +277,24 @@ impl Metrics {
     /// Drops rows past `step` (left by a run killed after its last checkpoint).
     fn truncate_after(&mut self, step: usize) -> Result<(), TrainError> {
         let text = std::fs::read_to_string(&self.path).unwrap_or_default();
+        let columns = text.lines().next().map_or(0, |h| h.split(',').count());
         let mut kept: Vec<&str> = Vec::new();
         for (i, line) in text.lines().enumerate() {
+            // A row cut short by a crash has fewer columns.
             let keep = i == 0
-                || line
-                    .split(',')
-                    .next()
-                    .and_then(|s| s.parse::<usize>().ok())
-                    .is_some_and(|s| s <= step);
+                || line.split(',').count() == columns
+                    && line
+                        .split(',')
+                        .next()
+                        .and_then(|s| s.parse::<usize>().ok())
+                        .is_some_and(|s| s <= step);
             if keep {
                 kept.push(line);
             }
         }
         let mut out = kept.join("\n");
         out.push('\n');
-        std::fs::write(&self.path, out)
-            .map_err(|e| TrainError::Output(format!("{}: {e}", self.path.display())))?;
+        crate::run::write_atomic(&self.path, out.as_bytes())?;
         self.iters.retain(|&(s, _)| s <= step);
         self.evals.retain(|&(s, _, _)| s <= step);
         Ok(())
@@ -287,8 +307,8 @@ impl Metrics {
             .map_err(|e| TrainError::Output(format!("{}: {e}", self.path.display())))?;
         writeln!(
             f,
-            "{},{},{:.6},{:.6e},{:.1},{:.3}",
-            m.step, m.split, m.loss, m.lr, m.tokens_per_s, m.elapsed_s
+            "{},{},{:.6},{:.6e},{:.1},{:.3},{:.6}",
+            m.step, m.split, m.loss, m.lr, m.tokens_per_s, m.elapsed_s, m.bpc
         )
         .map_err(|e| TrainError::Output(format!("{}: {e}", self.path.display())))?;
         if m.split == "iter" {
@@ -339,15 +359,14 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
     let (run, config, dataset) = if options.resume {
         let run = RunDir::open(&options.out)?;
         let mut config = run.config()?;
+        // `--set` changes are saved only once everything has loaded (below).
         if !options.resume_sets.is_empty() {
             config.apply_sets(&options.resume_sets)?;
             config.validate()?;
-            let toml = config.to_toml_string()?;
-            std::fs::write(run.config_path(), toml)
-                .map_err(|e| TrainError::Output(e.to_string()))?;
         }
         let tokenizer = run.tokenizer()?;
         let dataset = load_dataset(&config, tokenizer)?;
+        model_config(&config, dataset.tokenizer().vocab_size()).validate()?;
         (run, config, dataset)
     } else {
         if options.out.exists() && !options.force {
@@ -361,13 +380,8 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
         gpt.validate()?;
         let backend: Backend = config.train.backend.parse()?;
         backend.device()?;
-        let run = RunDir::create(&options.out, options.force)?;
-        let toml = config.to_toml_string()?;
-        std::fs::write(run.config_path(), toml).map_err(|e| TrainError::Output(e.to_string()))?;
-        dataset
-            .tokenizer()
-            .save(run.tokenizer_path())
-            .map_err(RunError::from)?;
+        // Everything is checked: the run directory appears with its config and tokenizer.
+        let run = RunDir::create_with(&options.out, options.force, &config, dataset.tokenizer())?;
         (run, config, dataset)
     };
     dataset.check_block_size(config.model.block_size)?;
@@ -383,7 +397,9 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
         weight_decay: tc.weight_decay,
     };
 
-    let (mut model, mut optim, mut state) = if options.resume && run.has_checkpoint("last") {
+    // A run killed before its first checkpoint starts again from step 0.
+    let resuming = options.resume && run.has_checkpoint("last");
+    let (mut model, mut optim, mut state) = if resuming {
         let (model, state) = run.load_model("last", &gpt_config, &device)?;
         let optim = run.load_optim("last", adam, &device)?;
         (model, optim, state)
@@ -397,10 +413,14 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
         };
         (model, AdamW::new(adam), state)
     };
-    let mut metrics = Metrics::open(run.metrics_path(), !options.resume)?;
-    if options.resume {
+    if options.resume && !options.resume_sets.is_empty() {
+        run.save_config(&config)?;
+    }
+    let mut metrics = Metrics::open(run.metrics_path(), !resuming)?;
+    if resuming {
         metrics.truncate_after(state.step)?;
     }
+    let mut tracker = HeadTracker::new(&run, &dataset, &gpt_config, tc.seed, state.step, resuming)?;
 
     eprintln!(
         "headlab: {} parameters ({} without embeddings), {} on {}, data: {} ({} train / {} val tokens, vocab {})",
@@ -420,7 +440,7 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
     let started = Instant::now() - std::time::Duration::from_secs_f64(state.elapsed_s);
     let mut window = (Instant::now(), 0usize);
     let mut last_losses = (f64::NAN, f64::NAN);
-    let resumed_at = options.resume.then_some(state.step);
+    let resumed_at = resuming.then_some(state.step);
 
     let evaluate = |model: &Gpt| -> Result<(f64, f64), TrainError> {
         let valid = model.valid();
@@ -451,12 +471,30 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
         let at_eval = it % tc.eval_interval.max(1) == 0 || it == tc.max_iters;
         if at_eval && resumed_at != Some(it) {
             let (tr, va) = evaluate(&model)?;
+            // A diverged model is never saved over the last good checkpoint.
+            for (what, value) in [("train loss", tr), ("val loss", va)] {
+                if !value.is_finite() {
+                    bar.abandon();
+                    return Err(TrainError::Diverged {
+                        step: it,
+                        what,
+                        value,
+                        lr,
+                        checkpoint: format!(
+                            "{} (step {})",
+                            run.checkpoint("last").display(),
+                            state.step
+                        ),
+                    });
+                }
+            }
             last_losses = (tr, va);
             let elapsed = started.elapsed().as_secs_f64();
-            for (split, loss) in [("train", tr), ("val", va)] {
+            for (split, loss) in [(Split::Train, tr), (Split::Val, va)] {
                 metrics.write(Metric {
                     step: it,
-                    split,
+                    split: split.name(),
+                    bpc: dataset.bits_per_char(split, loss),
                     loss,
                     lr,
                     tokens_per_s: 0.0,
@@ -471,14 +509,32 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
             if improved {
                 state.best_val_loss = Some(va);
             }
-            run.save_checkpoint("last", &model, &optim, &state)?;
+            // `best` first: a crash between the two leaves `last` older, and the resumed run
+            // redoes (and re-saves) this step exactly.
             if improved {
                 run.save_checkpoint("best", &model, &optim, &state)?;
             }
+            run.save_checkpoint("last", &model, &optim, &state)?;
             metrics.plot(&run.loss_png())?;
+        }
+        if tc.track_heads_every > 0 && it % tc.track_heads_every == 0 && resumed_at != Some(it) {
+            tracker.record(it, &model.valid(), &eval_device)?;
         }
         if it >= tc.max_iters {
             break;
+        }
+        // Ctrl-C: stop between steps, with a checkpoint at this step to resume from.
+        if crate::run::interrupted() {
+            if state.step != it {
+                state.step = it;
+                state.elapsed_s = started.elapsed().as_secs_f64();
+                run.save_checkpoint("last", &model, &optim, &state)?;
+            }
+            bar.abandon();
+            return Err(TrainError::Interrupted {
+                step: it,
+                run: run.root.clone(),
+            });
         }
 
         // One optimizer step over grad_accum micro-batches.
@@ -504,7 +560,11 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
                     what,
                     value,
                     lr,
-                    checkpoint: run.checkpoint("last").display().to_string(),
+                    checkpoint: format!(
+                        "{} (step {})",
+                        run.checkpoint("last").display(),
+                        state.step
+                    ),
                 });
             }
         }
@@ -523,6 +583,7 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
             metrics.write(Metric {
                 step: it,
                 split: "iter",
+                bpc: dataset.bits_per_char(Split::Train, loss_sum),
                 loss: loss_sum,
                 lr,
                 tokens_per_s,
@@ -553,6 +614,64 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
         val_loss: last_losses.1,
         sample,
     })
+}
+
+/// Head scores on a fixed probe every `train.track_heads_every` steps: `heads.csv` and
+/// `heads.png` in the run directory.
+struct HeadTracker {
+    probe: crate::heads::Probe,
+    history: crate::heads::HeadHistory,
+    csv: PathBuf,
+    png: PathBuf,
+}
+
+impl HeadTracker {
+    fn new(
+        run: &RunDir,
+        data: &Dataset,
+        config: &GptConfig,
+        seed: u64,
+        step: usize,
+        resume: bool,
+    ) -> Result<Self, TrainError> {
+        let probe =
+            crate::heads::Probe::new(data, config.block_size, config.vocab_size, None, seed)?;
+        let csv = run.root.join("heads.csv");
+        let history = match std::fs::read_to_string(&csv) {
+            Ok(text) if resume => crate::heads::HeadHistory::parse(&text, step),
+            _ => crate::heads::HeadHistory::default(),
+        };
+        Ok(Self {
+            probe,
+            history,
+            csv,
+            png: run.root.join("heads.png"),
+        })
+    }
+
+    fn record(&mut self, step: usize, model: &Gpt, device: &Device) -> Result<(), TrainError> {
+        let (scores, repeat_loss) = crate::heads::pattern_scores(model, &self.probe, device);
+        let rows = self.history.push(step, repeat_loss, scores);
+        let mut text = String::from(crate::heads::HISTORY_HEADER);
+        if self.history.points.len() > 1 {
+            text = std::fs::read_to_string(&self.csv).unwrap_or(text);
+            // Rows past `step` were left by a run killed after its last checkpoint.
+            text = text
+                .lines()
+                .filter(|l| {
+                    l.split(',')
+                        .next()
+                        .and_then(|s| s.parse::<usize>().ok())
+                        .is_none_or(|s| s < step)
+                })
+                .map(|l| format!("{l}\n"))
+                .collect();
+        }
+        text.push_str(&rows);
+        std::fs::write(&self.csv, text)
+            .map_err(|e| TrainError::Output(format!("{}: {e}", self.csv.display())))?;
+        self.history.plot(&self.png).map_err(TrainError::Output)
+    }
 }
 
 /// Generates `n` tokens after a newline (or the first val token when the vocabulary has no

@@ -1,0 +1,434 @@
+//! Byte-level BPE (`data.tokenizer = "bpe"`): lossless on any UTF-8, deterministic, saved
+//! with the run and reloaded by every command, and bits per character that compare across
+//! tokenizers.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::LazyLock;
+
+use headlab_train::backend::Backend;
+use headlab_train::corpus::grammar;
+use headlab_train::data::bits_per_char;
+use headlab_train::run::RunDir;
+use headlab_train::tokenizer::{Tokenizer, TokenizerKind};
+use headlab_train::trainer::{batch_tensors, model_config};
+use proptest::prelude::*;
+
+fn headlab(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headlab"))
+        .args(args)
+        .current_dir(cwd)
+        .env("XDG_RUNTIME_DIR", cwd)
+        .output()
+        .expect("headlab runs")
+}
+
+fn ok(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "headlab failed ({}):\n{stderr}",
+        out.status
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Fails with a message (exit code 2) that contains every one of `parts`, and no panic.
+fn fails_with(out: &Output, parts: &[&str]) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for part in parts {
+        assert!(stderr.contains(part), "{part:?} missing from {stderr}");
+    }
+}
+
+/// A 2-layer BPE model on `text.txt`, small enough to train in seconds.
+fn train_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec![
+        "train",
+        "--out",
+        out,
+        "--set",
+        "data.path=text.txt",
+        "--set",
+        "data.tokenizer=bpe",
+        "--set",
+        "data.vocab_size=320",
+        "--set",
+        "model.block_size=16",
+        "--set",
+        "model.d_model=32",
+        "--set",
+        "model.n_layers=2",
+        "--set",
+        "model.n_heads=2",
+        "--set",
+        "train.batch_size=8",
+        "--set",
+        "train.eval_iters=4",
+        "--set",
+        "train.warmup_iters=5",
+        "--set",
+        "train.sample_tokens=20",
+        "--set",
+        "train.track_heads_every=0",
+        "--set",
+        "train.max_iters=20",
+        "--set",
+        "train.eval_interval=10",
+    ];
+    args.extend_from_slice(extra);
+    args
+}
+
+static CORPUS: LazyLock<String> = LazyLock::new(|| grammar(3, 20_000));
+static BPE: LazyLock<Tokenizer> =
+    LazyLock::new(|| Tokenizer::train_bpe(&CORPUS, 400).expect("BPE trains"));
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Any UTF-8, mostly never seen in training: no unknown tokens, exact round trip.
+    #[test]
+    fn any_utf8_round_trips(s in any::<String>()) {
+        let ids = BPE.encode(&s).unwrap();
+        prop_assert!(ids.iter().all(|&i| (i as usize) < BPE.vocab_size()));
+        prop_assert!(ids.len() <= s.len());
+        prop_assert_eq!(BPE.char_count(&ids), s.chars().count());
+        prop_assert_eq!(BPE.decode(&ids), s);
+    }
+
+    /// Text like the corpus (so merges apply), with foreign characters mixed in.
+    #[test]
+    fn corpus_like_text_round_trips(
+        s in r"[a-z ,.\n]{0,120}( ?[é€🙂\r\t\x00]{0,3}[a-z ]{0,20}){0,4}"
+    ) {
+        let ids = BPE.encode(&s).unwrap();
+        prop_assert_eq!(BPE.decode(&ids), s.clone());
+        let bytes: Vec<u8> = ids.iter().flat_map(|&i| BPE.decode_token_bytes(&[i])).collect();
+        prop_assert_eq!(bytes, s.as_bytes().to_vec());
+    }
+}
+
+#[test]
+fn bpe_compresses_the_text_it_was_trained_on() {
+    assert_eq!(BPE.kind(), TokenizerKind::Bpe);
+    assert_eq!(BPE.vocab_size(), 400);
+    let ids = BPE.encode(&CORPUS).unwrap();
+    let ratio = CORPUS.chars().count() as f64 / ids.len() as f64;
+    assert!(ratio > 2.5, "only {ratio:.2} chars per token");
+    assert_eq!(BPE.char_count(&ids), CORPUS.chars().count());
+}
+
+#[test]
+fn same_corpus_and_vocab_size_give_an_identical_tokenizer_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let save = |t: &Tokenizer, name: &str| {
+        let path = dir.path().join(name);
+        t.save(&path).unwrap();
+        std::fs::read(&path).unwrap()
+    };
+    let a = save(&Tokenizer::train_bpe(&CORPUS, 400).unwrap(), "a.json");
+    let b = save(&Tokenizer::train_bpe(&CORPUS, 400).unwrap(), "b.json");
+    assert!(a == b, "two trainings differ");
+    assert_eq!(a, save(&BPE, "c.json"));
+    let loaded = Tokenizer::load(dir.path().join("a.json")).unwrap();
+    assert_eq!(&loaded, &*BPE);
+    assert_eq!(save(&loaded, "d.json"), a, "load + save changes the file");
+    let other = save(&Tokenizer::train_bpe(&CORPUS, 350).unwrap(), "e.json");
+    assert_ne!(other, a);
+}
+
+/// Total next-token loss in nats over `tokens`, by hand: a log-softmax in f64 of the logits
+/// of each window of at most `t` tokens (the windows `headlab eval` uses).
+fn nats_by_hand(model: &headlab_model::Gpt, tokens: &[u32], t: usize) -> f64 {
+    let device = Backend::Flex.device().unwrap();
+    let mut nats = 0.0;
+    let mut start = 0;
+    while start + 1 < tokens.len() {
+        let len = t.min(tokens.len() - 1 - start);
+        let x = &tokens[start..start + len];
+        let y = &tokens[start + 1..start + 1 + len];
+        let (x, _) = batch_tensors(x, y, 1, len, &device);
+        let logits: Vec<f32> = model
+            .forward(x)
+            .into_data()
+            .try_into_vec_as::<f32>()
+            .unwrap();
+        let v = logits.len() / len;
+        for (row, &target) in logits.chunks(v).zip(y) {
+            let max = row.iter().fold(f64::NEG_INFINITY, |m, &l| m.max(l as f64));
+            let sum: f64 = row.iter().map(|&l| (l as f64 - max).exp()).sum();
+            nats += max + sum.ln() - row[target as usize] as f64;
+        }
+        start += len;
+    }
+    nats
+}
+
+/// The number after `key` in `text`.
+fn number_before(text: &str, key: &str) -> f64 {
+    let before = text.split(key).next().unwrap().trim_end();
+    before
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap_or_else(|e| panic!("no number before {key:?} in {text:?}: {e}"))
+}
+
+#[test]
+fn a_bpe_run_trains_resumes_samples_and_reports_bits_per_char() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("text.txt"), CORPUS.as_str()).unwrap();
+    let stdout = ok(&headlab(&train_args("run", &[]), dir.path()));
+    assert!(stdout.contains("--- sample ---"), "{stdout}");
+    let run = dir.path().join("run");
+
+    // The tokenizer is saved, and trained on the training split: the same as training
+    // one by hand on the first 90% of the characters.
+    let saved = std::fs::read_to_string(run.join("tokenizer.json")).unwrap();
+    let tokenizer = Tokenizer::load(run.join("tokenizer.json")).unwrap();
+    assert_eq!(tokenizer.kind(), TokenizerKind::Bpe);
+    let (train_text, _) = headlab_train::data::split_text(&CORPUS, 0.1);
+    assert_eq!(tokenizer, Tokenizer::train_bpe(train_text, 320).unwrap());
+    assert_eq!(tokenizer.vocab_size(), 320);
+
+    // Another process trains the identical tokenizer.
+    ok(&headlab(
+        &train_args("again", &["--set", "train.max_iters=1"]),
+        dir.path(),
+    ));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("again/tokenizer.json")).unwrap(),
+        saved
+    );
+
+    // metrics.csv: bits per character = loss * tokens / chars / ln 2, the same factor
+    // for every row of a split.
+    let metrics = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    let mut lines = metrics.lines();
+    assert_eq!(
+        lines.next(),
+        Some("step,split,loss,lr,tokens_per_s,elapsed_s,bpc")
+    );
+    let mut factors = std::collections::HashMap::<String, Vec<f64>>::new();
+    for line in lines {
+        let f: Vec<&str> = line.split(',').collect();
+        let (loss, bpc): (f64, f64) = (f[2].parse().unwrap(), f[6].parse().unwrap());
+        assert!(bpc.is_finite() && bpc > 0.0, "{line}");
+        factors
+            .entry(f[1].to_string())
+            .or_default()
+            .push(bpc / loss);
+    }
+    for split in ["train", "val", "iter"] {
+        let f = &factors[split];
+        // A BPE token holds several characters: fewer bits per char than nats per token.
+        assert!(f[0] < 1.0 / std::f64::consts::LN_2 / 2.0, "{split}: {f:?}");
+        assert!(
+            f.iter().all(|x| (x - f[0]).abs() < 1e-4 * f[0]),
+            "{split}: {f:?}"
+        );
+    }
+
+    // Resume reads the saved tokenizer and never retrains it, even when the text changed.
+    let changed = CORPUS.replace("the", "zyx");
+    std::fs::write(dir.path().join("text.txt"), &changed).unwrap();
+    ok(&headlab(
+        &["train", "--resume", "run", "--set", "train.max_iters=30"],
+        dir.path(),
+    ));
+    assert_eq!(
+        std::fs::read_to_string(run.join("tokenizer.json")).unwrap(),
+        saved
+    );
+    assert!(
+        metrics.len()
+            < std::fs::read_to_string(run.join("metrics.csv"))
+                .unwrap()
+                .len()
+    );
+
+    // Sample with a prompt no training text has.
+    let prompt = "Zoë 🙂 ";
+    let text = ok(&headlab(
+        &[
+            "sample",
+            "run",
+            "--prompt",
+            prompt,
+            "--max-new-tokens",
+            "12",
+        ],
+        dir.path(),
+    ));
+    assert!(text.starts_with(prompt), "{text:?}");
+
+    // eval on unseen text: bits per character as computed by hand.
+    let unseen = "Zoë's naïve café sells crème brûlée ☕ to the cat.\nthe dog 🙂 barks.\n";
+    std::fs::write(dir.path().join("unseen.txt"), unseen).unwrap();
+    let eval = ok(&headlab(
+        &[
+            "eval",
+            "run",
+            "--file",
+            "unseen.txt",
+            "--checkpoint",
+            "last",
+        ],
+        dir.path(),
+    ));
+    let bpc_printed = number_before(&eval, " bits/char");
+    let chars_printed = number_before(&eval, " chars,");
+
+    let rd = RunDir::open(&run).unwrap();
+    let config = rd.config().unwrap();
+    let gpt = model_config(&config, tokenizer.vocab_size());
+    let (model, _) = rd
+        .load_model("last", &gpt, &Backend::Flex.device().unwrap())
+        .unwrap();
+    let tokens = tokenizer.encode(unseen).unwrap();
+    assert!(tokens.len() > config.model.block_size, "several windows");
+    let nats = nats_by_hand(&model, &tokens, config.model.block_size);
+    // The first token is never predicted: count the characters after its bytes.
+    let first = tokenizer.decode_token_bytes(&tokens[..1]).len();
+    let chars = unseen.char_indices().filter(|&(i, _)| i >= first).count();
+    assert_eq!(chars_printed as usize, chars, "{eval}");
+    let bpc = nats / chars as f64 / std::f64::consts::LN_2;
+    assert!((bits_per_char(nats, chars) - bpc).abs() < 1e-12);
+    assert!(
+        (bpc - bpc_printed).abs() < 2e-4,
+        "by hand {bpc:.6}, eval says {bpc_printed}: {eval}"
+    );
+    let loss = number_before(&eval, " nats/token");
+    assert!(
+        (loss - nats / (tokens.len() - 1) as f64).abs() < 2e-4,
+        "{eval}"
+    );
+
+    // The val split too: its characters are the text after the 90% cut.
+    let eval = ok(&headlab(&["eval", "run", "--split", "val"], dir.path()));
+    let (_, val_text) = headlab_train::data::split_text(&changed, 0.1);
+    let val_tokens = tokenizer.encode(val_text).unwrap();
+    let first = tokenizer.decode_token_bytes(&val_tokens[..1]).len();
+    let val_chars = val_text.char_indices().filter(|&(i, _)| i >= first).count();
+    assert_eq!(
+        number_before(&eval, " chars,") as usize,
+        val_chars,
+        "{eval}"
+    );
+}
+
+#[test]
+fn a_corrupt_or_missing_tokenizer_json_is_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("text.txt"), CORPUS.as_str()).unwrap();
+    ok(&headlab(
+        &train_args(
+            "run",
+            &[
+                "--set",
+                "train.max_iters=2",
+                "--set",
+                "train.sample_tokens=0",
+            ],
+        ),
+        dir.path(),
+    ));
+    let path = dir.path().join("run/tokenizer.json");
+    let good = std::fs::read_to_string(&path).unwrap();
+
+    let sample = ["sample", "run", "--max-new-tokens", "5"];
+    let eval = ["eval", "run"];
+    let resume = ["train", "--resume", "run", "--set", "train.max_iters=4"];
+
+    // Cut short, not JSON, or a BPE that lost a byte token.
+    let mut no_newline: serde_json::Value = serde_json::from_str(&good).unwrap();
+    let vocab = no_newline["huggingface"]["model"]["vocab"]
+        .as_object_mut()
+        .unwrap();
+    let id = vocab.remove("Ċ").expect("the newline byte has a token");
+    // Keep ids contiguous by moving the last token into the gap, and drop the merges that
+    // spell the newline.
+    let last = vocab
+        .iter()
+        .max_by_key(|(_, v)| v.as_u64().unwrap())
+        .map(|(k, _)| k.clone())
+        .unwrap();
+    vocab[&last] = id;
+    no_newline["huggingface"]["model"]["merges"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|m| !m.to_string().contains('Ċ'));
+    let mut no_pre_tokenizer: serde_json::Value = serde_json::from_str(&good).unwrap();
+    no_pre_tokenizer["huggingface"]["pre_tokenizer"] = serde_json::Value::Null;
+    for (body, why) in [
+        (good[..good.len() / 3].to_string(), "EOF"),
+        ("tokenizer".to_string(), "expected"),
+        (
+            r#"{"kind":"bpe","huggingface":{"model":{"type":"BPE"}}}"#.to_string(),
+            "vocab",
+        ),
+        (no_pre_tokenizer.to_string(), "pre-tokenizer"),
+        (no_newline.to_string(), "0x0A"),
+    ] {
+        std::fs::write(&path, &body).unwrap();
+        for args in [&sample[..], &eval[..], &resume[..]] {
+            let out = headlab(args, dir.path());
+            fails_with(&out, &["run/tokenizer.json", "corrupt", why]);
+        }
+    }
+
+    std::fs::remove_file(&path).unwrap();
+    for args in [&sample[..], &eval[..], &resume[..]] {
+        fails_with(&headlab(args, dir.path()), &["tokenizer.json", "missing"]);
+    }
+    std::fs::write(&path, &good).unwrap();
+    ok(&headlab(&sample, dir.path()));
+}
+
+#[test]
+fn the_shipped_bpe_recipe_is_the_char_recipe_with_bpe_tokens() {
+    use headlab_train::config::RunConfig;
+    let configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+    let char = RunConfig::load(configs.join("shakespeare-char-cpu.toml")).unwrap();
+    let bpe = RunConfig::load(configs.join("shakespeare-bpe-cpu.toml")).unwrap();
+    bpe.validate().unwrap();
+    assert_eq!(bpe.model, char.model);
+    assert_eq!(bpe.train, char.train);
+    assert_eq!(bpe.data.source().unwrap(), char.data.source().unwrap());
+    assert_eq!(bpe.data.val_fraction, char.data.val_fraction);
+    assert_eq!(
+        (bpe.data.tokenizer, bpe.data.vocab_size),
+        (TokenizerKind::Bpe, 1024)
+    );
+}
+
+/// On tiny-shakespeare (when present), a BPE run validates on exactly the char model's
+/// validation text, so their bits per character compare.
+#[test]
+fn real_shakespeare_bpe_validates_on_the_char_models_text() {
+    use headlab_train::data::{Dataset, Split};
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/datasets/tinyshakespeare/input.txt");
+    if !path.exists() {
+        eprintln!("skipped: {} not present", path.display());
+        return;
+    }
+    let text = std::fs::read_to_string(&path).unwrap();
+    let chars = Dataset::from_text(&text, TokenizerKind::Char, 0.1, "c").unwrap();
+    let bpe = Dataset::build(&text, TokenizerKind::Bpe, 1024, 0.1, "b").unwrap();
+    assert_eq!(bpe.tokenizer().vocab_size(), 1024);
+    for split in [Split::Train, Split::Val] {
+        assert_eq!(bpe.chars(split), chars.len(split));
+        assert_eq!(
+            bpe.tokenizer().decode(bpe.tokens(split)),
+            chars.tokenizer().decode(chars.tokens(split))
+        );
+    }
+    assert_eq!(bpe.chars(Split::Val), 111_540);
+    let ratio = bpe.chars_per_token(Split::Val);
+    assert!((2.0..3.0).contains(&ratio), "{ratio} chars per token");
+}

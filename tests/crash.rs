@@ -1,0 +1,356 @@
+//! Nothing is lost: a training process killed with SIGKILL at any moment (during a step,
+//! while a checkpoint is being written, between the renames that put it in place) leaves a
+//! run directory that loads, and resuming it gives exactly the losses of a run that was
+//! never interrupted. Ctrl-C (SIGINT) stops at the end of a step with a checkpoint and says
+//! how to resume; a diverging run stops with exit code 3 and keeps its last good checkpoint.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// A 2-layer, 2-head model; 60 steps with a checkpoint every 5 take about a second.
+const TINY: &[&str] = &[
+    "--set",
+    "model.block_size=16",
+    "--set",
+    "model.d_model=32",
+    "--set",
+    "model.n_layers=2",
+    "--set",
+    "model.n_heads=2",
+    "--set",
+    "train.batch_size=8",
+    "--set",
+    "train.eval_iters=2",
+    "--set",
+    "train.log_interval=1",
+    "--set",
+    "train.warmup_iters=5",
+    "--set",
+    "train.eval_interval=5",
+    "--set",
+    "train.lr_decay_iters=60",
+    "--set",
+    "train.sample_tokens=10",
+    "--set",
+    "train.track_heads_every=0",
+    "--set",
+    "data.builtin_chars=20000",
+];
+
+fn command(args: &[&str], cwd: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_headlab"));
+    cmd.args(args)
+        .current_dir(cwd)
+        .env("XDG_RUNTIME_DIR", cwd)
+        .env_remove("HEADLAB_TEST_PAUSE");
+    cmd
+}
+
+fn ok(out: Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        out.status.success(),
+        "headlab failed ({}):\n{stderr}",
+        out.status
+    );
+    stderr
+}
+
+fn train_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["train", "--out", out];
+    args.extend_from_slice(TINY);
+    args.extend_from_slice(extra);
+    args
+}
+
+/// (step, split, loss) of every row of metrics.csv; the other columns hold timings.
+fn metrics(run: &Path) -> Vec<(usize, String, String)> {
+    let text = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    let mut lines = text.lines();
+    assert!(lines.next().unwrap().starts_with("step,split,loss,"));
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].parse().unwrap(), f[1].to_string(), f[2].to_string())
+        })
+        .collect()
+}
+
+/// Step recorded in a checkpoint's state.json.
+fn checkpoint_step(dir: &Path) -> usize {
+    let text = std::fs::read_to_string(dir.join("state.json")).unwrap();
+    let state: serde_json::Value = serde_json::from_str(&text).unwrap();
+    state["step"].as_u64().unwrap() as usize
+}
+
+/// A running `headlab train` whose stderr lines arrive on a channel.
+struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Running {
+    fn spawn(args: &[&str], cwd: &Path, pause: Option<&str>) -> Self {
+        let mut cmd = command(args, cwd);
+        if let Some(pause) = pause {
+            cmd.env("HEADLAB_TEST_PAUSE", pause);
+        }
+        let mut child = cmd
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("headlab starts");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// Waits (at most two minutes) for a stderr line containing `needle`.
+    fn wait_for(&mut self, needle: &str) {
+        loop {
+            match self.lines.recv_timeout(Duration::from_secs(120)) {
+                Ok(line) => {
+                    let hit = line.contains(needle);
+                    self.seen.push(line);
+                    if hit {
+                        return;
+                    }
+                }
+                Err(_) => panic!(
+                    "no line with {needle:?}; stderr so far:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// SIGKILL, then reap.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// Waits for exit; (exit code, all of stderr).
+    fn finish(mut self) -> (Option<i32>, String) {
+        let status = self.child.wait().unwrap();
+        self.seen.extend(self.lines.iter());
+        (status.code(), self.seen.join("\n"))
+    }
+}
+
+/// The run loads (`eval` on its last checkpoint), then resumes to the end; its metrics must
+/// equal the uninterrupted run's.
+fn resume_and_compare(dir: &Path, name: &str, straight: &[(usize, String, String)], what: &str) {
+    ok(command(&["eval", name, "--checkpoint", "last"], dir)
+        .output()
+        .unwrap());
+    ok(command(&["train", "--resume", name], dir).output().unwrap());
+    let resumed = metrics(&dir.join(name));
+    assert_eq!(
+        resumed, straight,
+        "{what}: resumed run differs from the straight run"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir(dir.join(name))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with('.'))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "{what}: temporary files left: {leftovers:?}"
+    );
+}
+
+#[test]
+fn sigkill_at_any_moment_then_resume_matches_a_straight_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let max = ["--set", "train.max_iters=60"];
+    ok(command(&train_args("straight", &max), dir)
+        .output()
+        .unwrap());
+    let straight = metrics(&dir.join("straight"));
+    assert_eq!(straight.iter().filter(|r| r.1 == "val").count(), 13);
+
+    // Killed while checkpoint files are written but not yet renamed into place: the previous
+    // checkpoint (step 15) is what loads.
+    let mut p = Running::spawn(&train_args("written", &max), dir, Some("last:written@20"));
+    p.wait_for("paused at last:written@20");
+    p.kill();
+    let run = dir.join("written");
+    assert!(run.join(".last.tmp/manifest.json").is_file());
+    assert_eq!(checkpoint_step(&run.join("last")), 15);
+    resume_and_compare(dir, "written", &straight, "killed before the rename");
+
+    // Killed between the two renames: `last` is gone, `.last.old` (step 25) is loaded.
+    let mut p = Running::spawn(&train_args("swapped", &max), dir, Some("last:swapped@30"));
+    p.wait_for("paused at last:swapped@30");
+    p.kill();
+    let run = dir.join("swapped");
+    assert!(!run.join("last").exists());
+    assert_eq!(checkpoint_step(&run.join(".last.old")), 25);
+    resume_and_compare(dir, "swapped", &straight, "killed between the renames");
+
+    // Killed while writing `best` (saved before `last` at the same step).
+    let mut p = Running::spawn(&train_args("inbest", &max), dir, Some("best:written@10"));
+    p.wait_for("paused at best:written@10");
+    p.kill();
+    assert_eq!(checkpoint_step(&dir.join("inbest/last")), 5);
+    resume_and_compare(dir, "inbest", &straight, "killed while writing best");
+
+    // Killed at arbitrary moments of training: mostly mid-step, sometimes mid-checkpoint.
+    for (i, (after, delay_ms)) in [("step     10", 0), ("step     25", 7), ("step     40", 23)]
+        .into_iter()
+        .enumerate()
+    {
+        let name = format!("timed{i}");
+        let mut p = Running::spawn(&train_args(&name, &max), dir, None);
+        p.wait_for(after);
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        p.kill();
+        resume_and_compare(
+            dir,
+            &name,
+            &straight,
+            &format!("killed {delay_ms} ms after {after:?}"),
+        );
+    }
+}
+
+#[test]
+fn ctrl_c_stops_at_a_step_with_a_checkpoint_and_resumes_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // Far more steps than it gets to: the interrupt comes first.
+    let mut p = Running::spawn(
+        &train_args(
+            "run",
+            &[
+                "--set",
+                "train.max_iters=100000",
+                "--set",
+                "train.lr_decay_iters=100000",
+            ],
+        ),
+        dir,
+        None,
+    );
+    p.wait_for("step     10");
+    let pid = p.child.id().to_string();
+    let sent = Command::new("kill").args(["-INT", &pid]).status().unwrap();
+    assert!(sent.success());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(130), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("interrupted at step "))
+        .unwrap_or_else(|| panic!("no interrupted line in:\n{stderr}"));
+    assert!(
+        line.contains("resume with: headlab train --resume run"),
+        "{line}"
+    );
+    assert!(
+        !stderr.contains("error:") && !stderr.contains("panicked"),
+        "{stderr}"
+    );
+    let step: usize = line["interrupted at step ".len()..]
+        .split(';')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(step >= 10, "{line}");
+    let run = dir.join("run");
+    assert_eq!(checkpoint_step(&run.join("last")), step);
+    assert!(metrics(&run).iter().all(|r| r.0 <= step));
+
+    // Resumed to `step + 12`, it matches a run that went there straight.
+    let end = format!("train.max_iters={}", step + 12);
+    let decay = ["--set", "train.lr_decay_iters=100000"];
+    let mut args = train_args("straight", &decay);
+    args.extend(["--set", &end]);
+    ok(command(&args, dir).output().unwrap());
+    ok(command(&["train", "--resume", "run", "--set", &end], dir)
+        .output()
+        .unwrap());
+    assert_eq!(metrics(&run), metrics(&dir.join("straight")));
+}
+
+#[test]
+fn a_diverging_run_stops_with_exit_3_and_keeps_its_last_good_checkpoint() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let out = command(
+        &train_args(
+            "run",
+            &[
+                "--set",
+                "train.lr=1e4",
+                "--set",
+                "train.max_iters=60",
+                "--set",
+                "train.eval_interval=2",
+            ],
+        ),
+        dir,
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for part in [
+        "training diverged at step ",
+        "(lr ",
+        "run/last (step ",
+        "lower train.lr",
+    ] {
+        assert!(stderr.contains(part), "{part:?} missing from:\n{stderr}");
+    }
+    let kept: usize = stderr
+        .split("run/last (step ")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let run = dir.join("run");
+    assert_eq!(checkpoint_step(&run.join("last")), kept);
+    // No non-finite loss was recorded, and the kept checkpoint evaluates to a finite loss.
+    for (step, split, loss) in metrics(&run) {
+        let loss: f64 = loss.parse().unwrap();
+        assert!(loss.is_finite(), "step {step} {split}: {loss}");
+    }
+    let eval = String::from_utf8_lossy(
+        &command(&["eval", "run", "--checkpoint", "last"], dir)
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .into_owned();
+    let loss: f64 = eval
+        .split("loss ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no loss in {eval:?}"));
+    assert!(loss.is_finite(), "{eval}");
+}

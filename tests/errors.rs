@@ -1,0 +1,471 @@
+//! Bad input never crashes `headlab` and never changes a file: every case below runs the
+//! binary, expects exit code 2 and a message that names the field, file or value (and says
+//! what to do), checks that no panic or backtrace reaches the user, and compares the whole
+//! working directory (paths and contents) before and after.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A 2-layer, 2-head model that trains in well under a second.
+const TINY: &[&str] = &[
+    "--set",
+    "model.block_size=16",
+    "--set",
+    "model.d_model=32",
+    "--set",
+    "model.n_layers=2",
+    "--set",
+    "model.n_heads=2",
+    "--set",
+    "train.batch_size=8",
+    "--set",
+    "train.eval_iters=2",
+    "--set",
+    "train.warmup_iters=2",
+    "--set",
+    "train.max_iters=4",
+    "--set",
+    "train.eval_interval=2",
+    "--set",
+    "train.sample_tokens=10",
+    "--set",
+    "train.track_heads_every=0",
+    "--set",
+    "data.builtin_chars=4000",
+];
+
+fn headlab_env(args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_headlab"));
+    cmd.args(args)
+        .current_dir(cwd)
+        .env("XDG_RUNTIME_DIR", cwd)
+        // A backtrace would show if anything panicked.
+        .env("RUST_BACKTRACE", "1");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("headlab runs")
+}
+
+fn headlab(args: &[&str], cwd: &Path) -> Output {
+    headlab_env(args, cwd, &[])
+}
+
+/// Every file and folder under `dir`, with file contents.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            let rel = path.strip_prefix(dir).unwrap().to_path_buf();
+            if path.is_dir() {
+                out.insert(rel, None);
+                stack.push(path);
+            } else {
+                out.insert(rel, Some(std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    out
+}
+
+/// Runs `headlab args` in `dir` and checks: exit code 2, every part in the message, no
+/// panic or backtrace, and no file or folder created, changed or removed. Returns stderr.
+fn fails_env(dir: &Path, args: &[&str], env: &[(&str, &str)], parts: &[&str]) -> String {
+    let before = snapshot(dir);
+    let out = headlab_env(args, dir, env);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "headlab {args:?}: expected exit code 2, got {}:\n{stderr}",
+        out.status
+    );
+    for part in parts {
+        assert!(
+            stderr.contains(part),
+            "headlab {args:?}: {part:?} missing from:\n{stderr}"
+        );
+    }
+    for bad in ["panicked", "backtrace", "RUST_BACKTRACE"] {
+        assert!(!stderr.contains(bad), "headlab {args:?}: {bad}:\n{stderr}");
+    }
+    assert!(
+        stderr.trim_start().starts_with("error: "),
+        "headlab {args:?}: {stderr}"
+    );
+    let after = snapshot(dir);
+    if before != after {
+        let changed: Vec<_> = before
+            .keys()
+            .chain(after.keys())
+            .filter(|k| before.get(*k) != after.get(*k))
+            .collect();
+        panic!("headlab {args:?} changed {changed:?}:\n{stderr}");
+    }
+    stderr
+}
+
+fn fails(dir: &Path, args: &[&str], parts: &[&str]) -> String {
+    fails_env(dir, args, &[], parts)
+}
+
+/// `train --out run` with TINY and `extra`.
+fn train_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["train", "--out", "run"];
+    args.extend_from_slice(TINY);
+    args.extend_from_slice(extra);
+    args
+}
+
+/// A finished tiny run in `dir/name`.
+fn trained(dir: &Path, name: &str) -> PathBuf {
+    let mut args = vec!["train", "--out", name];
+    args.extend_from_slice(TINY);
+    let out = headlab(&args, dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dir.join(name)
+}
+
+#[test]
+fn config_errors_name_the_key_and_write_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let write = |name: &str, text: &str| std::fs::write(dir.join(name), text).unwrap();
+
+    fails(
+        dir,
+        &["train", "--config", "missing.toml"],
+        &["missing.toml", "--config"],
+    );
+    write("syntax.toml", "[model]\nd_model = 32\n[train\n");
+    fails(
+        dir,
+        &["train", "--config", "syntax.toml"],
+        &["syntax.toml", "line 3", "column"],
+    );
+    write("unknown.toml", "[train]\nlr = 1e-3\nlrr = 2\n");
+    fails(
+        dir,
+        &["train", "--config", "unknown.toml"],
+        &[
+            "unknown.toml",
+            "line 3",
+            "lrr",
+            "batch_size",
+            "min_lr",
+            "did you mean `lr`?",
+        ],
+    );
+    write("type.toml", "[model]\nd_model = \"big\"\n");
+    fails(
+        dir,
+        &["train", "--config", "type.toml"],
+        &["type.toml", "line 2", "d_model", "usize"],
+    );
+    write("negative.toml", "[model]\nn_layers = -2\n");
+    fails(
+        dir,
+        &["train", "--config", "negative.toml"],
+        &["negative.toml", "line 2", "n_layers", "-2"],
+    );
+
+    let cases: &[(&[&str], &[&str])] = &[
+        (
+            &["model.d_model=33"],
+            &[
+                "model.d_model = 33",
+                "not divisible by model.n_heads = 2",
+                "use model.n_heads = 1 or 3",
+            ],
+        ),
+        (
+            &["model.n_kv_heads=3"],
+            &[
+                "model.n_kv_heads = 3",
+                "model.n_heads = 2",
+                "model.n_kv_heads = 1 or 2",
+            ],
+        ),
+        (
+            &["model.n_layers=0"],
+            &["model.n_layers is 0", "at least 1"],
+        ),
+        (
+            &["model.block_size=0"],
+            &["model.block_size is 0", "at least 1"],
+        ),
+        (&["train.batch_size=0"], &["train.batch_size is 0"]),
+        (
+            &["train.max_iters=0"],
+            &["train.max_iters is 0", "at least 1"],
+        ),
+        (&["train.max_iters=-5"], &["train.max_iters", "-5", "usize"]),
+        (&["model.d_model=-32"], &["model.d_model", "-32", "usize"]),
+        (&["train.lr=0"], &["train.lr = 0", "greater than 0"]),
+        (
+            &["train.lr=-0.001"],
+            &["train.lr = -0.001", "greater than 0"],
+        ),
+        (&["train.lr=nan"], &["train.lr = NaN"]),
+        (
+            &["model.block_size=5000"],
+            &["model.block_size = 5000", "at most", "data.builtin_chars"],
+        ),
+        (
+            &["model.positional=rope", "model.d_model=34"],
+            &["rope", "34 / 2 = 17", "model.n_heads"],
+        ),
+        (
+            &["train.lr"],
+            &["\"train.lr\"", "expected key=value", "train.lr=3e-4"],
+        ),
+        (&["=3"], &["expected key=value"]),
+        (
+            &["train.lrr=1"],
+            &[
+                "\"lrr\"",
+                "[train]",
+                "valid keys",
+                "batch_size",
+                "did you mean train.lr?",
+            ],
+        ),
+        (&["optim.lr=1"], &["\"optim\"", "model, train, data"]),
+        (&["lr=1"], &["did you mean train.lr?"]),
+        (
+            &["model.positional=alibi"],
+            &["model.positional", "alibi", "rope"],
+        ),
+    ];
+    for (sets, parts) in cases {
+        let mut extra = Vec::new();
+        for kv in *sets {
+            extra.extend(["--set", *kv]);
+        }
+        fails(dir, &train_args(&extra), parts);
+    }
+}
+
+#[test]
+fn data_errors_name_the_file_and_write_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("empty.txt"), "").unwrap();
+    std::fs::write(dir.join("latin1.txt"), b"ab\ncaf\xe9 au lait\n").unwrap();
+    std::fs::write(dir.join("short.txt"), "abcdefghij").unwrap();
+
+    fails(
+        dir,
+        &train_args(&["--set", "data.path=nope.txt"]),
+        &["nope.txt", "current directory"],
+    );
+    fails(
+        dir,
+        &train_args(&["--set", "data.path=empty.txt"]),
+        &["empty.txt", "empty"],
+    );
+    fails(
+        dir,
+        &train_args(&["--set", "data.path=latin1.txt"]),
+        &["latin1.txt", "UTF-8", "byte offset 6", "line 2", "iconv"],
+    );
+    fails(
+        dir,
+        &train_args(&["--set", "data.path=short.txt"]),
+        &[
+            "split has",
+            "model.block_size = 16",
+            "at least 17",
+            "more data",
+        ],
+    );
+
+    // A prompt with characters the char vocabulary lacks.
+    trained(dir, "g");
+    fails(
+        dir,
+        &["sample", "g", "--prompt", "Z€"],
+        &["--prompt", "'Z'", "vocabulary"],
+    );
+}
+
+#[test]
+fn run_and_checkpoint_errors_name_the_file_and_change_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+
+    // Run directory missing.
+    for args in [
+        &["sample", "nope"][..],
+        &["eval", "nope"],
+        &["train", "--resume", "nope"],
+    ] {
+        fails(
+            dir,
+            args,
+            &["nope", "not a headlab run directory", "no such directory"],
+        );
+    }
+
+    let run = trained(dir, "g");
+    // Already exists.
+    let mut again = vec!["train", "--out", "g"];
+    again.extend_from_slice(TINY);
+    fails(dir, &again, &["g already exists", "--force", "--resume g"]);
+
+    let last = run.join("last");
+    let keep = |file: &str| std::fs::read(last.join(file)).unwrap();
+    let (model, optim) = (keep("model.bpk"), keep("optim.safetensors"));
+    let resume: &[&str] = &["train", "--resume", "g", "--set", "train.max_iters=8"];
+
+    // Truncated weights.
+    std::fs::write(last.join("model.bpk"), &model[..model.len() / 2]).unwrap();
+    for args in [
+        &["sample", "g", "--checkpoint", "last"][..],
+        &["eval", "g", "--checkpoint", "last"],
+        resume,
+    ] {
+        fails(
+            dir,
+            args,
+            &[
+                "last/model.bpk",
+                "damaged",
+                "bytes",
+                "manifest.json",
+                "--checkpoint best",
+            ],
+        );
+    }
+    std::fs::write(last.join("model.bpk"), &model).unwrap();
+
+    // One flipped byte in the optimizer state.
+    let mut bad = optim.clone();
+    let i = bad.len() - 3;
+    bad[i] ^= 0x40;
+    std::fs::write(last.join("optim.safetensors"), &bad).unwrap();
+    fails(
+        dir,
+        resume,
+        &["last/optim.safetensors", "damaged", "SHA-256"],
+    );
+    std::fs::write(last.join("optim.safetensors"), &optim).unwrap();
+
+    // No manifest: not a complete checkpoint.
+    let manifest = keep("manifest.json");
+    std::fs::remove_file(last.join("manifest.json")).unwrap();
+    fails(
+        dir,
+        resume,
+        &["manifest.json is missing", "cannot be verified"],
+    );
+    std::fs::write(last.join("manifest.json"), &manifest).unwrap();
+
+    // A checkpoint from a different config: changed on resume, or config.toml edited.
+    fails(
+        dir,
+        &["train", "--resume", "g", "--set", "model.d_model=64"],
+        &[
+            "model.d_model is 32 in the checkpoint but 64 in the config",
+            "config.toml",
+        ],
+    );
+    let config = std::fs::read_to_string(run.join("config.toml")).unwrap();
+    let edited = config.replace("n_layers = 2", "n_layers = 3");
+    assert_ne!(edited, config);
+    std::fs::write(run.join("config.toml"), edited).unwrap();
+    fails(
+        dir,
+        &["sample", "g"],
+        &["model.n_layers is 2 in the checkpoint but 3 in the config"],
+    );
+    std::fs::write(run.join("config.toml"), &config).unwrap();
+
+    // Tokenizer missing.
+    let tokenizer = std::fs::read(run.join("tokenizer.json")).unwrap();
+    std::fs::remove_file(run.join("tokenizer.json")).unwrap();
+    for args in [&["sample", "g"][..], &["train", "--resume", "g"]] {
+        fails(dir, args, &["tokenizer.json is missing"]);
+    }
+    std::fs::write(run.join("tokenizer.json"), tokenizer).unwrap();
+
+    // Everything restored: the run works again.
+    let out = headlab(&["sample", "g", "--max-new-tokens", "5"], dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn cli_errors_name_the_option_and_write_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let backend = ["unknown backend \"cuda\"", "flex, ndarray, wgpu"];
+    fails(dir, &train_args(&["--backend", "cuda"]), &backend);
+    fails(dir, &train_args(&["--set", "train.backend=cuda"]), &backend);
+
+    trained(dir, "g");
+    fails(dir, &["sample", "g", "--backend", "cuda"], &backend);
+    fails(dir, &["eval", "g", "--backend", "cuda"], &backend);
+    fails(
+        dir,
+        &["sample", "g", "--temperature=-1"],
+        &["--temperature", ">= 0", "-1"],
+    );
+    fails(
+        dir,
+        &["sample", "g", "--temperature=nan"],
+        &["--temperature"],
+    );
+    for p in ["0", "1.5", "-0.2"] {
+        let arg = format!("--top-p={p}");
+        fails(dir, &["sample", "g", &arg], &["--top-p", "(0, 1]", p]);
+    }
+    fails(
+        dir,
+        &["sample", "g", "--top-k", "0"],
+        &["--top-k", "at least 1"],
+    );
+}
+
+/// wgpu with every Vulkan driver and EGL vendor hidden: no adapter. Where one is still found
+/// (another graphics API), the case is skipped.
+#[test]
+fn wgpu_without_an_adapter_says_why_and_how_to_get_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let hidden = [
+        ("VK_DRIVER_FILES", "/nonexistent/icd.json"),
+        ("VK_ICD_FILENAMES", "/nonexistent/icd.json"),
+        ("__EGL_VENDOR_LIBRARY_FILENAMES", "/nonexistent/egl.json"),
+        ("WAYLAND_DISPLAY", ""),
+        ("DISPLAY", ""),
+    ];
+    let args = train_args(&["--backend", "wgpu"]);
+    let probe = headlab_env(&args, dir, &hidden);
+    if probe.status.success() {
+        eprintln!("skipped: wgpu found an adapter with the Vulkan and EGL drivers hidden");
+        return;
+    }
+    std::fs::remove_dir_all(dir.join("run")).ok();
+    let err = fails_env(
+        dir,
+        &args,
+        &hidden,
+        &[
+            "wgpu backend found no working GPU adapter",
+            "mesa-vulkan-drivers",
+            "--backend flex",
+        ],
+    );
+    assert!(!err.contains("RecvError"), "{err}");
+}

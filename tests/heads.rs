@@ -1,0 +1,160 @@
+//! End-to-end tests of `headlab heads` and `headlab lab`: the head table, the pictures, and
+//! the HTML explorer rendered in headless Chromium.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn headlab(args: &[&str], cwd: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headlab"))
+        .args(args)
+        .current_dir(cwd)
+        .env("XDG_RUNTIME_DIR", cwd)
+        .output()
+        .expect("headlab runs")
+}
+
+fn ok(out: &Output) -> String {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "headlab failed ({}):\n{stderr}",
+        out.status
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Chromium, or `None` with a "skipped" line unless `HEADLAB_REQUIRE_CHROMIUM=1` (CI sets it).
+fn chromium() -> Option<String> {
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        let found = Command::new("which")
+            .arg(name)
+            .output()
+            .ok()
+            .filter(|o| o.status.success());
+        if let Some(o) = found {
+            return Some(String::from_utf8_lossy(&o.stdout).trim().to_string());
+        }
+    }
+    if std::env::var("HEADLAB_REQUIRE_CHROMIUM").as_deref() == Ok("1") {
+        panic!("HEADLAB_REQUIRE_CHROMIUM=1 but no chromium: apt-get install chromium");
+    }
+    eprintln!("skipped: no chromium (apt-get install chromium) to render heads.html");
+    None
+}
+
+#[test]
+fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = [
+        "train",
+        "--out",
+        "g",
+        "--set",
+        "model.block_size=24",
+        "--set",
+        "model.d_model=32",
+        "--set",
+        "model.n_layers=2",
+        "--set",
+        "model.n_heads=2",
+        "--set",
+        "train.batch_size=8",
+        "--set",
+        "train.max_iters=30",
+        "--set",
+        "train.eval_interval=30",
+        "--set",
+        "train.eval_iters=2",
+        "--set",
+        "train.sample_tokens=10",
+        "--set",
+        "train.track_heads_every=10",
+        "--set",
+        "data.builtin_chars=20000",
+    ];
+    ok(&headlab(&train, dir.path()));
+    let run = dir.path().join("g");
+    // Tracking wrote one row per head at steps 0, 10, 20, 30.
+    let tracked = std::fs::read_to_string(run.join("heads.csv")).unwrap();
+    assert_eq!(tracked.lines().count(), 1 + 4 * 4, "{tracked}");
+    assert!(run.join("heads.png").is_file());
+
+    let table = ok(&headlab(
+        &["heads", "g", "--text", "the spy sees the dogs."],
+        dir.path(),
+    ));
+    assert_eq!(table.lines().count(), 1 + 4, "{table}");
+    let out = run.join("heads");
+    for f in ["heads.csv", "heads.json", "attention.png", "heads.html"] {
+        assert!(out.join(f).is_file(), "{f} missing");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("heads.json")).unwrap()).unwrap();
+    let rows = json.as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    for r in rows {
+        for key in ["previous_token", "induction", "first_token", "entropy"] {
+            let v = r[key].as_f64().unwrap();
+            assert!((0.0..=1.0 + 1e-6).contains(&v), "{key} = {v}");
+        }
+        // Zeroing a head of a trained model changes its loss; the gradient is finite.
+        assert!(r["ablation_zero"].as_f64().unwrap().is_finite());
+        assert!(r["grad_importance"].as_f64().unwrap() >= 0.0);
+    }
+
+    let Some(browser) = chromium() else { return };
+    let page = out.join("heads.html");
+    let dom = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--virtual-time-budget=5000",
+            "--dump-dom",
+        ])
+        .arg(format!(
+            "--user-data-dir={}",
+            dir.path().join("chrome").display()
+        ))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium runs");
+    let dom = String::from_utf8_lossy(&dom.stdout);
+    assert!(
+        dom.contains("data-ready=\"1\""),
+        "the page script did not finish:\n{dom}"
+    );
+    for layer in 0..2 {
+        for head in 0..2 {
+            let panel = dom
+                .split("<div ")
+                .find(|d| {
+                    d.starts_with("class=\"panel")
+                        && d.contains(&format!("data-layer=\"{layer}\""))
+                        && d.contains(&format!("data-head=\"{head}\""))
+                })
+                .unwrap_or_else(|| panic!("no panel for layer {layer} head {head}"));
+            let cells: usize = panel
+                .split("data-cells=\"")
+                .nth(1)
+                .unwrap()
+                .split('"')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert!(cells > 0, "layer {layer} head {head} drew no cells");
+        }
+    }
+    // The head table has a row per head, and the token strip every token.
+    assert_eq!(dom.matches("<tr data-layer").count(), 4);
+    assert_eq!(
+        dom.matches("class=\"tok").count(),
+        "the spy sees the dogs.".len()
+    );
+}
