@@ -158,3 +158,63 @@ fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
         "the spy sees the dogs.".len()
     );
 }
+
+#[test]
+fn heads_work_on_a_bpe_run_and_label_tokens_with_visible_whitespace() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = "the spy with binoculars follows the detective. ".repeat(200);
+    std::fs::write(dir.path().join("t.txt"), text).unwrap();
+    let train = [
+        "train",
+        "--out",
+        "b",
+        "--set",
+        "data.path=t.txt",
+        "--set",
+        "data.tokenizer=bpe",
+        "--set",
+        "data.vocab_size=300",
+        "--set",
+        "model.block_size=16",
+        "--set",
+        "model.d_model=32",
+        "--set",
+        "model.n_layers=2",
+        "--set",
+        "model.n_heads=2",
+        "--set",
+        "train.batch_size=4",
+        "--set",
+        "train.max_iters=20",
+        "--set",
+        "train.eval_interval=20",
+        "--set",
+        "train.eval_iters=2",
+        "--set",
+        "train.sample_tokens=5",
+        "--set",
+        "train.track_heads_every=10",
+    ];
+    ok(&headlab(&train, dir.path()));
+    let table = ok(&headlab(
+        &["heads", "b", "--text", "the spy follows the detective."],
+        dir.path(),
+    ));
+    assert_eq!(table.lines().count(), 1 + 4, "{table}");
+    let page = std::fs::read_to_string(dir.path().join("b/heads/heads.html")).unwrap();
+    // Tokens are labelled with their decoded text, spaces shown as a middle dot.
+    assert!(
+        page.contains("·the") || page.contains("·spy") || page.contains("·follows"),
+        "no visible-whitespace labels"
+    );
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("b/heads/heads.json")).unwrap(),
+    )
+    .unwrap();
+    for r in json.as_array().unwrap() {
+        for key in ["previous_token", "induction"] {
+            let v = r[key].as_f64().unwrap();
+            assert!((0.0..=1.0 + 1e-6).contains(&v), "{key} = {v}");
+        }
+    }
+}

@@ -389,6 +389,11 @@ pub fn cmd_heads(args: HeadsArgs) -> Result<()> {
         (None, None) => None,
     };
     let block = config.model.block_size;
+    if block < 3 {
+        bail!(
+            "head analysis needs model.block_size >= 3 (a token and two copies of another); this run has {block}"
+        );
+    }
     let map_ids = match &text {
         Some(text) => {
             let ids = tokenizer

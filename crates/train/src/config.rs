@@ -475,6 +475,14 @@ impl RunConfig {
     /// Checks everything that would otherwise fail (or silently misbehave) mid-run.
     pub fn validate(&self) -> Result<(), ValidationError> {
         let (m, t, d) = (&self.model, &self.train, &self.data);
+        // The head probes need a token and two copies of at least one more.
+        if t.track_heads_every > 0 && m.block_size < 3 {
+            return Err(ValidationError::OutOfRange {
+                field: "model.block_size",
+                value: m.block_size as f64,
+                expected: "at least 3 when train.track_heads_every > 0 (or set train.track_heads_every = 0)",
+            });
+        }
         let zero_checks: [(&'static str, Option<usize>, &'static str); 15] = [
             ("model.block_size", Some(m.block_size), "64"),
             ("model.d_model", Some(m.d_model), "128"),
