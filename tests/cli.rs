@@ -314,3 +314,24 @@ fn char_prompt_outside_the_vocabulary_is_a_clear_error() {
     assert!(err.contains('Z') || err.contains('€'), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn without_out_a_new_run_gets_a_fresh_directory_and_never_overwrites() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut args = vec!["train"];
+    args.extend_from_slice(TINY);
+    args.extend_from_slice(&[
+        "--set",
+        "train.max_iters=2",
+        "--set",
+        "train.eval_interval=2",
+    ]);
+    ok(&headlab(&args, dir.path()));
+    let first = std::fs::read(dir.path().join("runs/default/metrics.csv")).unwrap();
+    ok(&headlab(&args, dir.path()));
+    assert!(dir.path().join("runs/default-2/metrics.csv").is_file());
+    assert_eq!(
+        std::fs::read(dir.path().join("runs/default/metrics.csv")).unwrap(),
+        first
+    );
+}

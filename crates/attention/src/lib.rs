@@ -7,6 +7,8 @@
 //! The crate names no backend: it takes tensors and a [`burn::tensor::Device`], and its tests
 //! run on each backend.
 
+#![warn(missing_docs)]
+
 pub mod error;
 pub mod mask;
 pub mod mha;

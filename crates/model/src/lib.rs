@@ -9,6 +9,8 @@
 //!
 //! Like the attention crate it names no backend.
 
+#![warn(missing_docs)]
+
 pub mod block;
 pub mod config;
 pub mod generate;

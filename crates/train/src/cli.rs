@@ -77,7 +77,7 @@ pub struct TrainArgs {
     /// Backend: flex, ndarray or wgpu (overrides train.backend).
     #[arg(long)]
     pub backend: Option<String>,
-    /// Run directory to create (default: runs/<config name>).
+    /// Run directory to create (default: runs/<config name>, or runs/<config name>-N if taken).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
     /// Continue the run in this directory from its last checkpoint.
@@ -197,6 +197,19 @@ pub fn resolve_config(args: &TrainArgs) -> Result<(RunConfig, String)> {
     Ok((config, name))
 }
 
+/// `runs/<name>`, or `runs/<name>-2`, `-3`, ... when taken: without `--out`, a new run never
+/// collides with an old one (and never overwrites it).
+fn fresh_run_dir(name: &str) -> PathBuf {
+    let base = Path::new("runs");
+    let mut dir = base.join(name);
+    let mut n = 2;
+    while dir.exists() {
+        dir = base.join(format!("{name}-{n}"));
+        n += 1;
+    }
+    dir
+}
+
 /// Runs `headlab train`.
 pub fn cmd_train(args: TrainArgs) -> Result<()> {
     let options = match &args.resume {
@@ -212,10 +225,7 @@ pub fn cmd_train(args: TrainArgs) -> Result<()> {
             let (config, name) = resolve_config(&args)?;
             TrainOptions {
                 config,
-                out: args
-                    .out
-                    .clone()
-                    .unwrap_or_else(|| Path::new("runs").join(name)),
+                out: args.out.clone().unwrap_or_else(|| fresh_run_dir(&name)),
                 force: args.force,
                 resume: false,
                 resume_sets: Vec::new(),
