@@ -218,3 +218,66 @@ fn heads_work_on_a_bpe_run_and_label_tokens_with_visible_whitespace() {
         }
     }
 }
+
+/// The reduced `lab induction` (600 of its 2000 steps, seed 1337) forms the circuit: a
+/// second-layer head with induction score above 0.5 and a first-layer previous-token head
+/// above 0.5, and the loss on the repeated half falls below half its starting value.
+#[test]
+fn a_short_lab_induction_run_forms_an_induction_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "lab",
+        "induction",
+        "--out",
+        "lab",
+        "--set",
+        "train.max_iters=600",
+        "--set",
+        "train.eval_interval=300",
+    ];
+    ok(&headlab(&args, dir.path()));
+    let history = std::fs::read_to_string(dir.path().join("lab/run/heads.csv")).unwrap();
+    let last_step = history
+        .lines()
+        .last()
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .to_string();
+    let rows: Vec<Vec<String>> = history
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect();
+    let score = |r: &Vec<String>, i: usize| r[i].parse::<f64>().unwrap();
+    let last: Vec<&Vec<String>> = rows.iter().filter(|r| r[0] == last_step).collect();
+    let induction = last
+        .iter()
+        .filter(|r| r[1] == "1")
+        .map(|r| score(r, 4))
+        .fold(0.0, f64::max);
+    let previous = last
+        .iter()
+        .filter(|r| r[1] == "0")
+        .map(|r| score(r, 3))
+        .fold(0.0, f64::max);
+    assert!(
+        induction > 0.5,
+        "no induction head: best layer-1 induction score {induction}"
+    );
+    assert!(
+        previous > 0.5,
+        "no previous-token head: best layer-0 score {previous}"
+    );
+    let (first_loss, last_loss) = (score(&rows[0], 9), score(last[0], 9));
+    assert!(
+        last_loss < first_loss / 2.0,
+        "repeated-half loss {first_loss} -> {last_loss}"
+    );
+    let summary = std::fs::read_to_string(dir.path().join("lab/summary.md")).unwrap();
+    assert!(summary.contains("The circuit formed"), "{summary}");
+    for f in ["heads.png", "attention.png", "heads.html"] {
+        assert!(dir.path().join("lab").join(f).is_file(), "{f} missing");
+    }
+}

@@ -526,26 +526,39 @@ fn random_letters(rng: &mut StdRng, len: usize, out: &mut String) {
     }
 }
 
-/// Lines of `len` random letters a–z followed by the same letters again: the second half
-/// is predictable only by looking back at what followed the current letter before.
-/// `len` 0 is treated as 1.
-pub fn induction(seed: u64, n_chars: usize, len: usize) -> String {
+/// The 62 symbols of the induction corpus. A large alphabet keeps a symbol from recurring
+/// by chance within a run, so "find the earlier occurrence of this symbol" points at one place.
+pub const INDUCTION_ALPHABET: &[u8] =
+    b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+
+/// The runs of the induction corpus: random strings over [`INDUCTION_ALPHABET`] of
+/// `len/2 ..= 3*len/2` symbols (`len` 0 is treated as 1). Lengths vary so the repeat sits at no
+/// fixed distance and no positional head can predict it.
+pub fn induction_runs(seed: u64, n_chars: usize, len: usize) -> Vec<String> {
     let len = len.max(1);
-    // Lengths vary per line (len/2 ..= 3*len/2), so the repeat is at no fixed distance and a
-    // purely positional head cannot solve it: predicting the second half needs induction.
     let (lo, hi) = ((len / 2).max(1), (3 * len / 2).max(1));
     let mut rng = StdRng::seed_from_u64(seed);
-    let mut text = String::with_capacity(n_chars + 2 * hi + 1);
-    let mut seq = String::with_capacity(hi);
-    while text.len() < n_chars {
-        seq.clear();
+    let mut runs = Vec::new();
+    let mut total = 0;
+    while total < n_chars {
         let n = rng.random_range(lo..=hi);
-        random_letters(&mut rng, n, &mut seq);
-        text.push_str(&seq);
-        text.push_str(&seq);
-        text.push('\n');
+        let run: String = (0..n)
+            .map(|_| char::from(INDUCTION_ALPHABET[rng.random_range(0..INDUCTION_ALPHABET.len())]))
+            .collect();
+        total += 2 * n;
+        runs.push(run);
     }
-    text
+    runs
+}
+
+/// Every run of [`induction_runs`] written twice, back to back with no separator: the
+/// second copy is predictable only by finding the earlier occurrence of the current symbol
+/// and copying what followed it, which is what an induction head does (Olsson et al. 2022).
+pub fn induction(seed: u64, n_chars: usize, len: usize) -> String {
+    induction_runs(seed, n_chars, len)
+        .into_iter()
+        .map(|run| run.repeat(2))
+        .collect()
 }
 
 /// Lines `s|s` where `s` is random letters a–z of a random length in
@@ -744,26 +757,33 @@ mod tests {
     }
 
     #[test]
-    fn induction_lines_repeat() {
+    fn induction_runs_repeat_back_to_back() {
+        let runs = induction_runs(5, 10_000, 16);
         let text = induction(5, 10_000, 16);
-        let mut distinct = HashSet::new();
+        let mut expected = String::new();
         let mut lengths = HashSet::new();
-        for line in text.lines() {
+        for run in &runs {
+            assert!((8..=24).contains(&run.len()), "{run}");
             assert!(
-                line.len() % 2 == 0 && (16..=48).contains(&line.len()),
-                "{line}"
+                run.bytes().all(|c| INDUCTION_ALPHABET.contains(&c)),
+                "{run}"
             );
-            let (a, b) = line.split_at(line.len() / 2);
-            assert_eq!(a, b);
-            lengths.insert(a.len());
-            assert!(a.bytes().all(|c| c.is_ascii_lowercase()), "{line}");
-            distinct.insert(a.to_string());
+            lengths.insert(run.len());
+            expected.push_str(run);
+            expected.push_str(run);
         }
-        assert!(text.ends_with('\n'));
-        assert!(distinct.len() > 250, "{}", distinct.len());
+        assert_eq!(text, expected);
+        assert!(text.len() >= 10_000);
         assert_eq!(lengths.len(), 17, "every length from 8 to 24 occurs");
-        let short = induction(5, 100, 3);
-        assert!(short.lines().all(|l| l[..l.len() / 2] == l[l.len() / 2..]));
+        let symbols: HashSet<char> = text.chars().collect();
+        assert_eq!(symbols.len(), 62, "the whole alphabet is used");
+        let distinct: HashSet<&String> = runs.iter().collect();
+        assert_eq!(distinct.len(), runs.len(), "runs are random, not recycled");
+        assert!(
+            induction_runs(5, 100, 3)
+                .iter()
+                .all(|r| (1..=4).contains(&r.len()))
+        );
     }
 
     #[test]

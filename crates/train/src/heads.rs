@@ -57,7 +57,7 @@ pub struct Probe {
     pub text: Vec<u32>,
     /// Rows and length of `text`.
     pub text_shape: (usize, usize),
-    /// Repeated random sequences `[n_rep, 1 + 2 * period]`.
+    /// Repeated random sequences `[n_rep, 1 + 2 * period]`, `period = min((block - 1) / 2, 16)`.
     pub repeated: Vec<u32>,
     /// Rows of `repeated`.
     pub n_repeated: usize,
@@ -92,7 +92,8 @@ impl Probe {
                 (x, (8, block_size))
             }
         };
-        let period = (block_size - 1) / 2;
+        // Runs of 16 (fewer in short contexts): the scale of the induction corpus's runs.
+        let period = ((block_size - 1) / 2).min(16);
         let n_repeated = 8;
         let mut repeated = Vec::with_capacity(n_repeated * (1 + 2 * period));
         for _ in 0..n_repeated {

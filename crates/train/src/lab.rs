@@ -224,7 +224,7 @@ fn induction(args: &LabArgs, out: &Path) -> Result<String> {
     writeln!(
         s,
         "A {}-layer attention-only model (d_model {}, {} heads, {} positions) trained for {} steps \
-         on the built-in induction corpus (random letters, each line repeated), seed {}, in {:.0} s.\n",
+         on the built-in induction corpus (random runs over 62 symbols, each written twice), seed {}, in {:.0} s. Layers and heads count from 0: layer 1 is the second layer.\n",
         cfg.model.n_layers,
         cfg.model.d_model,
         cfg.model.n_heads,
@@ -259,7 +259,7 @@ fn induction(args: &LabArgs, out: &Path) -> Result<String> {
         s,
         "\n{}\n",
         if formed {
-            "The circuit formed: a layer-1 head copies each token's predecessor into its position, and a layer-2 head uses it to find the token after the earlier occurrence of the current token."
+            "The circuit formed: a first-layer head copies each token's predecessor into its position, and a second-layer head uses it to find the token after the earlier occurrence of the current token."
         } else {
             "No complete circuit formed at these settings (see the scores above)."
         }
