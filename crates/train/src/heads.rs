@@ -24,22 +24,9 @@ use crate::trainer::{batch_tensors, mix_seed};
 /// Everything measured about one head.
 #[derive(Debug, Clone, Serialize)]
 pub struct HeadRow {
-    /// Block index.
-    pub layer: usize,
-    /// Head index within the block.
-    pub head: usize,
-    /// Mean `A[i, i-1]` on text.
-    pub previous_token: f64,
-    /// Mean attention to the token after the earlier occurrence, on repeated sequences.
-    pub induction: f64,
-    /// Mean attention to the earlier occurrence itself, on repeated sequences.
-    pub duplicate_token: f64,
-    /// Mean `A[i, 0]` on text.
-    pub first_token: f64,
-    /// Mean attention distance on text, in tokens.
-    pub mean_distance: f64,
-    /// Mean normalised row entropy on text (0 focused, 1 uniform).
-    pub entropy: f64,
+    /// Scores read off the attention patterns (layer and head included).
+    #[serde(flatten)]
+    pub scores: PatternScores,
     /// Val loss increase when the head's output is zeroed.
     pub ablation_zero: f64,
     /// Val loss increase when the head's output is replaced by its mean.
@@ -169,19 +156,19 @@ pub fn mean_patterns(
 pub struct PatternScores {
     /// Block index.
     pub layer: usize,
-    /// Head index.
+    /// Head index within the block.
     pub head: usize,
-    /// See [`HeadRow`].
+    /// Mean `A[i, i-1]` on text.
     pub previous_token: f64,
-    /// See [`HeadRow`].
+    /// Mean attention to the token after the earlier occurrence, on repeated sequences.
     pub induction: f64,
-    /// See [`HeadRow`].
+    /// Mean attention to the earlier occurrence itself, on repeated sequences.
     pub duplicate_token: f64,
-    /// See [`HeadRow`].
+    /// Mean `A[i, 0]` on text.
     pub first_token: f64,
-    /// See [`HeadRow`].
+    /// Mean attention distance on text, in tokens.
     pub mean_distance: f64,
-    /// See [`HeadRow`].
+    /// Mean normalised row entropy on text (0 focused, 1 uniform).
     pub entropy: f64,
 }
 
@@ -308,14 +295,6 @@ pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
                 ..zero.clone()
             };
             HeadRow {
-                layer,
-                head,
-                previous_token: p.previous_token,
-                induction: p.induction,
-                duplicate_token: p.duplicate_token,
-                first_token: p.first_token,
-                mean_distance: p.mean_distance,
-                entropy: p.entropy,
                 ablation_zero: held_out_loss(model, probe, &zero, device) - base,
                 ablation_mean: held_out_loss(model, probe, &mean, device) - base,
                 grad_importance: importance[layer * n_heads + head],
@@ -326,6 +305,7 @@ pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
                     p.mean_distance,
                     t,
                 ),
+                scores: p,
             }
         })
         .collect()
@@ -364,15 +344,15 @@ pub fn to_csv(rows: &[HeadRow]) -> String {
     for r in rows {
         out.push_str(&format!(
             "{},{},{},{:.4},{:.4},{:.4},{:.4},{:.3},{:.4},{:.5},{:.5},{:.5}\n",
-            r.layer,
-            r.head,
+            r.scores.layer,
+            r.scores.head,
             r.label,
-            r.previous_token,
-            r.induction,
-            r.duplicate_token,
-            r.first_token,
-            r.mean_distance,
-            r.entropy,
+            r.scores.previous_token,
+            r.scores.induction,
+            r.scores.duplicate_token,
+            r.scores.first_token,
+            r.scores.mean_distance,
+            r.scores.entropy,
             r.ablation_zero,
             r.ablation_mean,
             r.grad_importance
@@ -401,15 +381,15 @@ pub fn to_table(rows: &[HeadRow]) -> String {
     for r in rows {
         out.push_str(&format!(
             "{:>5} {:>4}  {:<14} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.2} {:>6.3} {:>8.4} {:>8.4} {:>8.4}\n",
-            r.layer,
-            r.head,
+            r.scores.layer,
+            r.scores.head,
             r.label.to_string(),
-            r.previous_token,
-            r.induction,
-            r.duplicate_token,
-            r.first_token,
-            r.mean_distance,
-            r.entropy,
+            r.scores.previous_token,
+            r.scores.induction,
+            r.scores.duplicate_token,
+            r.scores.first_token,
+            r.scores.mean_distance,
+            r.scores.entropy,
             r.ablation_zero,
             r.ablation_mean,
             r.grad_importance

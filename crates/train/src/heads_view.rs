@@ -50,7 +50,7 @@ pub fn maps_png(path: &Path, maps: &AttentionMaps, rows: &[HeadRow]) -> Result<(
             let (x0, y0) = (panel.0 * h as i32, panel.1 * l as i32);
             let label = rows
                 .iter()
-                .find(|r| r.layer == l && r.head == h)
+                .find(|r| r.scores.layer == l && r.scores.head == h)
                 .map_or(String::new(), |r| format!(" ({})", r.label));
             root.draw(&Text::new(
                 format!("layer {l} head {h}{label}"),
