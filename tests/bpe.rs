@@ -3,7 +3,7 @@
 //! tokenizers.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::LazyLock;
 
 use headlab_train::backend::Backend;
@@ -14,24 +14,8 @@ use headlab_train::tokenizer::{Tokenizer, TokenizerKind};
 use headlab_train::trainer::{batch_tensors, model_config};
 use proptest::prelude::*;
 
-fn headlab(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headlab"))
-        .args(args)
-        .current_dir(cwd)
-        .env("XDG_RUNTIME_DIR", cwd)
-        .output()
-        .expect("headlab runs")
-}
-
-fn ok(out: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "headlab failed ({}):\n{stderr}",
-        out.status
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+mod common;
+use common::{headlab, ok};
 
 /// Fails with a message (exit code 2) that contains every one of `parts`, and no panic.
 fn fails_with(out: &Output, parts: &[&str]) {

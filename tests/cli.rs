@@ -1,26 +1,9 @@
 //! End-to-end tests of the `headlab` binary on tiny configs (seconds each, on flex).
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn headlab(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headlab"))
-        .args(args)
-        .current_dir(cwd)
-        .env("XDG_RUNTIME_DIR", cwd)
-        .output()
-        .expect("headlab runs")
-}
-
-fn ok(out: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "headlab failed ({}):\n{stderr}",
-        out.status
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+mod common;
+use common::{headlab, ok};
 
 /// A 2-layer, 2-head model small enough to train in a few seconds.
 const TINY: &[&str] = &[

@@ -1,27 +1,10 @@
 //! End-to-end tests of `headlab heads` and `headlab lab`: the head table, the pictures, and
 //! the HTML explorer rendered in headless Chromium.
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
-fn headlab(args: &[&str], cwd: &Path) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headlab"))
-        .args(args)
-        .current_dir(cwd)
-        .env("XDG_RUNTIME_DIR", cwd)
-        .output()
-        .expect("headlab runs")
-}
-
-fn ok(out: &Output) -> String {
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "headlab failed ({}):\n{stderr}",
-        out.status
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+mod common;
+use common::{headlab, ok};
 
 /// Chromium, or `None` with a "skipped" line unless `HEADLAB_REQUIRE_CHROMIUM=1` (CI sets it).
 fn chromium() -> Option<String> {
