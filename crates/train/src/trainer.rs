@@ -472,22 +472,14 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
         if at_eval && resumed_at != Some(it) {
             let (tr, va) = evaluate(&model)?;
             // A diverged model is never saved over the last good checkpoint.
-            for (what, value) in [("train loss", tr), ("val loss", va)] {
-                if !value.is_finite() {
-                    bar.abandon();
-                    return Err(TrainError::Diverged {
-                        step: it,
-                        what,
-                        value,
-                        lr,
-                        checkpoint: format!(
-                            "{} (step {})",
-                            run.checkpoint("last").display(),
-                            state.step
-                        ),
-                    });
-                }
-            }
+            let checked = ensure_finite(
+                &[("train loss", tr), ("val loss", va)],
+                it,
+                lr,
+                &run,
+                state.step,
+            );
+            checked.inspect_err(|_| bar.abandon())?;
             last_losses = (tr, va);
             let elapsed = started.elapsed().as_secs_f64();
             for (split, loss) in [(Split::Train, tr), (Split::Val, va)] {
@@ -552,22 +544,14 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
         }
         let grads = accumulator.grads();
         let norm = global_grad_norm(&model, &grads);
-        for (what, value) in [("loss", loss_sum), ("gradient norm", norm)] {
-            if !value.is_finite() {
-                bar.abandon();
-                return Err(TrainError::Diverged {
-                    step: it,
-                    what,
-                    value,
-                    lr,
-                    checkpoint: format!(
-                        "{} (step {})",
-                        run.checkpoint("last").display(),
-                        state.step
-                    ),
-                });
-            }
-        }
+        let checked = ensure_finite(
+            &[("loss", loss_sum), ("gradient norm", norm)],
+            it,
+            lr,
+            &run,
+            state.step,
+        );
+        checked.inspect_err(|_| bar.abandon())?;
         let scale = if tc.grad_clip > 0.0 && norm > tc.grad_clip {
             tc.grad_clip / (norm + 1e-6)
         } else {
@@ -614,6 +598,29 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
         val_loss: last_losses.1,
         sample,
     })
+}
+
+/// Stops a run whose loss or gradient went non-finite, naming the last good checkpoint.
+fn ensure_finite(
+    values: &[(&'static str, f64)],
+    step: usize,
+    lr: f64,
+    run: &RunDir,
+    checkpoint_step: usize,
+) -> Result<(), TrainError> {
+    match values.iter().find(|(_, v)| !v.is_finite()) {
+        Some(&(what, value)) => Err(TrainError::Diverged {
+            step,
+            what,
+            value,
+            lr,
+            checkpoint: format!(
+                "{} (step {checkpoint_step})",
+                run.checkpoint("last").display()
+            ),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Head scores on a fixed probe every `train.track_heads_every` steps: `heads.csv` and
