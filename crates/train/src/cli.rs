@@ -41,6 +41,10 @@ pub enum Command {
     Heads(HeadsArgs),
     /// Rerunnable experiments on head specialisation: induction, heads, ambiguity.
     Lab(crate::lab::LabArgs),
+    /// The same model, seed and batches on several backends: step-0 logit difference,
+    /// per-step losses against an f32-rounding tolerance, time per phase and peak memory.
+    /// Writes compare.md, compare.json and compare.png. Exits with 2 if backends disagree.
+    Compare(crate::compare::CompareArgs),
 }
 
 /// `headlab heads`.
@@ -199,7 +203,7 @@ pub fn resolve_config(args: &TrainArgs) -> Result<(RunConfig, String)> {
 
 /// `runs/<name>`, or `runs/<name>-2`, `-3`, ... when taken: without `--out`, a new run never
 /// collides with an old one (and never overwrites it).
-fn fresh_run_dir(name: &str) -> PathBuf {
+pub(crate) fn fresh_run_dir(name: &str) -> PathBuf {
     let base = Path::new("runs");
     let mut dir = base.join(name);
     let mut n = 2;
@@ -444,5 +448,19 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Eval(args) => cmd_eval(args),
         Command::Heads(args) => cmd_heads(args),
         Command::Lab(args) => crate::lab::run(args),
+        Command::Compare(args) => {
+            let (config, name) = match &args.config {
+                Some(path) => (
+                    RunConfig::load(path)?,
+                    path.file_stem()
+                        .map_or("run".into(), |s| s.to_string_lossy().into_owned()),
+                ),
+                None => (
+                    RunConfig::from_toml_str(DEFAULT_CONFIG, "built-in configs/default.toml")?,
+                    "default".to_string(),
+                ),
+            };
+            crate::compare::cmd_compare(args, config, &name)
+        }
     }
 }

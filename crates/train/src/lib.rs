@@ -7,10 +7,12 @@
 //! - [`run`]: run directories and checkpoints; [`plot`]: PNG charts.
 //! - [`scores`]: what each attention head does, as numbers; [`heads`]: probes, ablation and
 //!   the head table; [`heads_view`]: attention maps and the HTML explorer; [`lab`]: experiments.
+//! - [`compare`]: one model on several backends, agreement and speed.
 //! - [`backend`]: choosing a Burn backend by name; [`cli`]: the `headlab` command line.
 
 pub mod backend;
 pub mod cli;
+pub mod compare;
 pub mod config;
 pub mod corpus;
 pub mod data;

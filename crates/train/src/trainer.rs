@@ -166,7 +166,8 @@ pub fn mix_seed(seed: u64, step: u64, stream: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-const STREAM_BATCH: u64 = 1;
+/// The RNG stream of training batches (`mix_seed(seed, step, STREAM_BATCH)`).
+pub(crate) const STREAM_BATCH: u64 = 1;
 const STREAM_EVAL: u64 = 2;
 const STREAM_DEVICE: u64 = 3;
 

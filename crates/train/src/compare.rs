@@ -1,0 +1,715 @@
+//! `headlab compare`: one model, several backends, agreement and speed side by side.
+//!
+//! The weights are created once (on flex, from the run's seed), written to `init.safetensors`
+//! and loaded on every backend, so all start from the same bits. Each backend then takes the
+//! same `steps` training steps on the same batches (those `headlab train` would draw), and
+//! the report gives the step-0 logit difference, every step's loss, the largest loss gap to
+//! the first backend, timings per phase and memory.
+//!
+//! # Tolerance
+//! Two correct f32 backends differ only by rounding, which depends on summation order. A
+//! dot product of length `K` in f32 is within `K u` (relative to the sum of |terms|) of the
+//! exact value, `u = 2^-24` the unit roundoff. A forward pass chains `S = 8 L + 2` such
+//! reductions (per layer: two norms, the Q/K/V projection, scores, weights times values, the
+//! output projection, the MLP's two matmuls; then the final norm and the LM head), with `K`
+//! the longest of `d_model`, `d_ff`, `block_size` and the vocabulary. To first order the
+//! relative errors add, and each backend may sit on either side of the exact value:
+//!
+//! - logits at step 0: `tol_logits = 2 S K u max(1, max |logit|)`;
+//! - loss at step 0: cross-entropy moves by at most twice the largest logit change (its
+//!   gradient `softmax - onehot` has L1 norm <= 2), so `tol_loss(0) = 2 tol_logits`;
+//! - loss at step `s`: every update carries the previous step's difference forward and adds
+//!   one more step's rounding, so `tol_loss(s) = (1 + s) tol_loss(0)`.
+//!
+//! These are worst-case bounds: correct backends land orders of magnitude inside them, while a
+//! wrong kernel, a different initialisation or a different batch lands far outside. The
+//! linear growth assumes training does not amplify small differences, which holds while the
+//! loss falls smoothly; a run near divergence can exceed it, and that is worth knowing too.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+use burn::module::Module;
+use burn::optim::GradientsParams;
+use burn::tensor::Device;
+use clap::Args;
+use headlab_model::{Gpt, GptConfig, cross_entropy};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use serde::Serialize;
+
+use crate::backend::Backend;
+use crate::config::RunConfig;
+use crate::data::{Dataset, Split};
+use crate::optim::{AdamW, AdamWConfig, global_grad_norm};
+use crate::plot::{Series, line_chart};
+use crate::schedule::lr_at;
+use crate::trainer::{STREAM_BATCH, batch_tensors, mix_seed, model_config};
+
+/// `headlab compare`.
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// A TOML run config (default: the built-in configs/default.toml).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Override a config key (repeatable), e.g. --set model.d_model=32.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Backends to compare, comma-separated; the first is the reference.
+    #[arg(long, value_delimiter = ',', default_value = "flex,ndarray,wgpu")]
+    pub backends: Vec<String>,
+    /// Training steps on each backend.
+    #[arg(long, default_value_t = 20)]
+    pub steps: usize,
+    /// Output directory (default: runs/compare, or runs/compare-2, ... when taken).
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+    /// Overwrite the output directory if it exists.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// The f32 unit roundoff.
+pub const UNIT_ROUNDOFF: f64 = 1.0 / (1u64 << 24) as f64;
+
+/// The tolerances of the module docs for a model config.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Tolerance {
+    /// `S`: reductions chained in one forward pass.
+    pub chained_reductions: usize,
+    /// `K`: the longest reduction.
+    pub longest_reduction: usize,
+    /// `2 S K u`: relative bound on a logit difference.
+    pub logits_relative: f64,
+}
+
+impl Tolerance {
+    /// For a model config.
+    pub fn of(config: &GptConfig) -> Self {
+        let chained_reductions = 8 * config.n_layers + 2;
+        let longest_reduction = [
+            config.d_model,
+            config.mlp_width(),
+            config.block_size,
+            config.vocab_size,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(1);
+        Self {
+            chained_reductions,
+            longest_reduction,
+            logits_relative: 2.0
+                * chained_reductions as f64
+                * longest_reduction as f64
+                * UNIT_ROUNDOFF,
+        }
+    }
+
+    /// Largest allowed |logit difference| at step 0 when the logits reach `max_abs_logit`.
+    pub fn logits(&self, max_abs_logit: f64) -> f64 {
+        self.logits_relative * max_abs_logit.max(1.0)
+    }
+
+    /// Largest allowed loss difference at step `step`.
+    pub fn loss(&self, max_abs_logit: f64, step: usize) -> f64 {
+        2.0 * self.logits(max_abs_logit) * (1 + step) as f64
+    }
+}
+
+/// One backend's results.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendReport {
+    /// Backend name.
+    pub backend: String,
+    /// Whether it ran.
+    pub available: bool,
+    /// Why it did not.
+    pub reason: Option<String>,
+    /// Max |logit difference| to the reference at step 0 (0 for the reference).
+    pub max_logit_diff: f64,
+    /// Loss before each update, one per step.
+    pub losses: Vec<f64>,
+    /// Max |loss difference| to the reference over the steps, and where.
+    pub max_loss_diff: f64,
+    /// The step of `max_loss_diff`.
+    pub max_loss_diff_step: usize,
+    /// Logits and every loss within tolerance of the reference.
+    pub within_tolerance: bool,
+    /// Median milliseconds per step, after the first (warm-up) step: forward with the loss.
+    pub forward_ms: f64,
+    /// Backward into per-parameter gradients.
+    pub backward_ms: f64,
+    /// Global-norm clipping and the AdamW update.
+    pub optimizer_ms: f64,
+    /// The first step, all phases: includes kernel compilation on wgpu.
+    pub first_step_ms: f64,
+    /// Peak resident memory of the process while this backend ran, above what it held before
+    /// (Linux `VmHWM`; None elsewhere). Lavapipe's device memory is host memory, so it shows
+    /// here too.
+    pub peak_rss_mib: Option<f64>,
+    /// Bytes the backend's own allocator reserved at its peak, where it reports one (wgpu).
+    pub device_reserved_mib: Option<f64>,
+}
+
+/// The whole comparison, as written to `compare.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct CompareReport {
+    /// The resolved config (dropout forced to 0).
+    pub config: RunConfig,
+    /// Parameters in the model.
+    pub params: usize,
+    /// Training steps per backend.
+    pub steps: usize,
+    /// Batch size times block size.
+    pub tokens_per_step: usize,
+    /// The first backend that ran: the others are compared to it.
+    pub reference: String,
+    /// The tolerance model.
+    pub tolerance: Tolerance,
+    /// Largest |logit| of the reference at step 0 (the tolerances scale with it).
+    pub max_abs_logit: f64,
+    /// Allowed |logit difference| at step 0.
+    pub logits_tolerance: f64,
+    /// Allowed |loss difference| at the last step.
+    pub final_loss_tolerance: f64,
+    /// Per backend, in the order asked.
+    pub backends: Vec<BackendReport>,
+}
+
+impl CompareReport {
+    /// Backends that ran and disagree with the reference.
+    pub fn disagreeing(&self) -> Vec<&BackendReport> {
+        self.backends
+            .iter()
+            .filter(|b| b.available && !b.within_tolerance)
+            .collect()
+    }
+
+    /// The markdown table.
+    pub fn markdown(&self) -> String {
+        let m = &self.config.model;
+        let mut s = format!(
+            "{} steps of a {}-layer, {}-head, d_model {} GPT ({} parameters), batch {} x {} \
+             tokens, reference {}.\nTolerance (bounds of f32 rounding, see the README): \
+             logits {:.2e}, loss {:.2e} at the last step.\n\n",
+            self.steps,
+            m.n_layers,
+            m.n_heads,
+            m.d_model,
+            self.params,
+            self.config.train.batch_size,
+            m.block_size,
+            self.reference,
+            self.logits_tolerance,
+            self.final_loss_tolerance,
+        );
+        s.push_str(
+            "| backend | max abs logit diff (step 0) | max abs loss diff (step) | agrees | \
+             forward ms | backward ms | optimizer ms | step ms | tokens/s | first step ms | \
+             peak RSS MiB | device MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        );
+        let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+        for b in &self.backends {
+            if !b.available {
+                s.push_str(&format!(
+                    "| {} | not available: {} | | | | | | | | | | |\n",
+                    b.backend,
+                    b.reason.as_deref().unwrap_or("unknown").replace('|', "/")
+                ));
+                continue;
+            }
+            let step_ms = b.forward_ms + b.backward_ms + b.optimizer_ms;
+            s.push_str(&format!(
+                "| {} | {:.2e} | {:.2e} ({}) | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {} | {} |\n",
+                b.backend,
+                b.max_logit_diff,
+                b.max_loss_diff,
+                b.max_loss_diff_step,
+                if b.within_tolerance { "yes" } else { "NO" },
+                b.forward_ms,
+                b.backward_ms,
+                b.optimizer_ms,
+                step_ms,
+                self.tokens_per_step as f64 * 1000.0 / step_ms.max(1e-9),
+                b.first_step_ms,
+                opt(b.peak_rss_mib),
+                opt(b.device_reserved_mib),
+            ));
+        }
+        s
+    }
+}
+
+/// Linux peak-RSS tracking: reset the high-water mark, read it back.
+mod rss {
+    fn status_kib(field: &str) -> Option<f64> {
+        let status = std::fs::read_to_string("/proc/self/status").ok()?;
+        let line = status.lines().find(|l| l.starts_with(field))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    /// Resets `VmHWM` to the current RSS; returns the current RSS in MiB.
+    pub fn reset_peak() -> Option<f64> {
+        // "5" to clear_refs resets the peak RSS (Linux >= 4.0).
+        std::fs::write("/proc/self/clear_refs", "5").ok()?;
+        status_kib("VmRSS:").map(|k| k / 1024.0)
+    }
+
+    /// Peak RSS since the last reset, in MiB.
+    pub fn peak() -> Option<f64> {
+        status_kib("VmHWM:").map(|k| k / 1024.0)
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    match v.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => v[n / 2],
+        n => 0.5 * (v[n / 2 - 1] + v[n / 2]),
+    }
+}
+
+/// What one backend measured.
+struct Run {
+    logits: Vec<f32>,
+    losses: Vec<f64>,
+    phases: Vec<[f64; 3]>,
+    peak_rss_mib: Option<f64>,
+    device_reserved_mib: Option<f64>,
+}
+
+/// Trains `steps` steps on `device` from the weights in `init`.
+fn run_backend(
+    config: &RunConfig,
+    gpt: &GptConfig,
+    data: &Dataset,
+    init: &Path,
+    device: Device,
+    steps: usize,
+) -> Result<Run> {
+    let tc = &config.train;
+    let (b, t) = (tc.batch_size, gpt.block_size);
+    let rss_before = rss::reset_peak();
+    let device = device.autodiff();
+    let mut model = Gpt::new(gpt, &device)?.load_weights(init)?;
+    let sync = |d: &Device| d.sync().map_err(|e| anyhow::anyhow!("{e:?}"));
+    let batch = |it: usize| -> Result<(Vec<u32>, Vec<u32>)> {
+        let mut rng = StdRng::seed_from_u64(mix_seed(tc.seed, it as u64, STREAM_BATCH));
+        Ok(data.sample_batch(Split::Train, b, t, &mut rng)?)
+    };
+
+    // Step-0 logits on the first batch, without autodiff.
+    let (x, _) = batch(0)?;
+    let inner = device.clone().inner();
+    let (xt, _) = batch_tensors(&x, &x, b, t, &inner);
+    let logits: Vec<f32> = model
+        .valid()
+        .forward(xt)
+        .into_data()
+        .try_into_vec_as::<f32>()
+        .map_err(|e| anyhow::anyhow!("reading logits: {e:?}"))?;
+
+    let adam = AdamWConfig {
+        beta1: tc.beta1,
+        beta2: tc.beta2,
+        eps: 1e-8,
+        weight_decay: tc.weight_decay,
+    };
+    let mut optim = AdamW::new(adam);
+    let (mut losses, mut phases) = (Vec::new(), Vec::new());
+    let mut device_reserved: Option<u64> = None;
+    for it in 0..steps {
+        let lr = lr_at(it, tc.lr, tc.min_lr, tc.warmup_iters, tc.decay_iters());
+        let (x, y) = batch(it)?;
+        let (x, y) = batch_tensors(&x, &y, b, t, &device);
+        let start = Instant::now();
+        let loss = cross_entropy(model.forward(x), y, None);
+        let value: f32 = loss.clone().into_scalar();
+        let forward = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        sync(&device)?;
+        let backward = start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let norm = global_grad_norm(&model, &grads);
+        let scale = if tc.grad_clip > 0.0 && norm > tc.grad_clip {
+            tc.grad_clip / (norm + 1e-6)
+        } else {
+            1.0
+        };
+        model = optim.step(model, &grads, lr, scale);
+        sync(&device)?;
+        let optimizer = start.elapsed().as_secs_f64();
+        if let Some(usage) = device.memory_pool_usage() {
+            device_reserved = Some(device_reserved.unwrap_or(0).max(usage.bytes_reserved));
+        }
+        losses.push(f64::from(value));
+        phases.push([forward * 1e3, backward * 1e3, optimizer * 1e3]);
+    }
+    let peak_rss_mib = match (rss_before, rss::peak()) {
+        (Some(before), Some(peak)) => Some((peak - before).max(0.0)),
+        _ => None,
+    };
+    Ok(Run {
+        logits,
+        losses,
+        phases,
+        peak_rss_mib,
+        device_reserved_mib: device_reserved.map(|b| b as f64 / (1024.0 * 1024.0)),
+    })
+}
+
+/// Compares `backends` (the first that runs is the reference) and writes `compare.json`,
+/// `compare.md` and `compare.png` into `out`.
+pub fn compare(
+    config: RunConfig,
+    backends: &[Backend],
+    steps: usize,
+    out: &Path,
+) -> Result<CompareReport> {
+    let devices = backends
+        .iter()
+        .map(|b| (b.to_string(), b.device().map_err(|e| e.to_string())))
+        .collect();
+    compare_on(config, devices, steps, out)
+}
+
+/// [`compare`] on devices already looked up: `(name, device or why there is none)`.
+pub fn compare_on(
+    mut config: RunConfig,
+    devices: Vec<(String, Result<Device, String>)>,
+    steps: usize,
+    out: &Path,
+) -> Result<CompareReport> {
+    if steps == 0 {
+        bail!("--steps must be at least 1");
+    }
+    if config.model.dropout != 0.0 {
+        eprintln!(
+            "compare: model.dropout is {} in the config; using 0 so every backend computes the \
+             same function (backends draw different dropout masks)",
+            config.model.dropout
+        );
+        config.model.dropout = 0.0;
+    }
+    config.validate()?;
+    let data = Dataset::from_config(&config.data, config.train.seed)?;
+    data.check_block_size(config.model.block_size)?;
+    let gpt = model_config(&config, data.tokenizer().vocab_size());
+    gpt.validate()?;
+    std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+
+    // One initialisation, on flex, seeded as `headlab train` seeds it; every backend loads it.
+    let init = out.join("init.safetensors");
+    let host = Backend::Flex.device()?;
+    host.seed(config.train.seed);
+    Gpt::new(&gpt, &host)?.save_weights(&init)?;
+    let params = gpt.param_count(true);
+
+    let tolerance = Tolerance::of(&gpt);
+    let mut reports = Vec::new();
+    let mut reference: Option<(String, Run)> = None;
+    let mut max_abs_logit = 0.0f64;
+    let names: Vec<String> = devices.iter().map(|(n, _)| n.clone()).collect();
+    for (name, device) in devices {
+        let device = match device {
+            Ok(device) => device,
+            Err(reason) => {
+                eprintln!("compare: {name} is not available: {reason}");
+                reports.push(unavailable(&name, reason));
+                continue;
+            }
+        };
+        eprintln!("compare: {name}: {steps} steps");
+        let run = run_backend(&config, &gpt, &data, &init, device, steps)
+            .with_context(|| format!("running on {name}"))?;
+        let agreement = match &reference {
+            None => {
+                max_abs_logit = run
+                    .logits
+                    .iter()
+                    .fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
+                Agreement {
+                    max_logit_diff: 0.0,
+                    max_loss_diff: 0.0,
+                    max_loss_diff_step: 0,
+                    within: true,
+                }
+            }
+            Some((_, r)) => agreement(r, &run, &tolerance, max_abs_logit),
+        };
+        let skip = usize::from(run.phases.len() > 1);
+        let phase = |i: usize| median(run.phases.iter().skip(skip).map(|p| p[i]).collect());
+        reports.push(BackendReport {
+            backend: name.clone(),
+            available: true,
+            reason: None,
+            max_logit_diff: agreement.max_logit_diff,
+            losses: run.losses.clone(),
+            max_loss_diff: agreement.max_loss_diff,
+            max_loss_diff_step: agreement.max_loss_diff_step,
+            within_tolerance: agreement.within,
+            forward_ms: phase(0),
+            backward_ms: phase(1),
+            optimizer_ms: phase(2),
+            first_step_ms: run.phases[0].iter().sum(),
+            peak_rss_mib: run.peak_rss_mib,
+            device_reserved_mib: run.device_reserved_mib,
+        });
+        if reference.is_none() {
+            reference = Some((name, run));
+        }
+    }
+    let Some((reference, _)) = reference else {
+        bail!("none of the backends ({}) is available", names.join(", "));
+    };
+    let report = CompareReport {
+        params,
+        steps,
+        tokens_per_step: config.train.batch_size * config.model.block_size,
+        reference,
+        tolerance,
+        max_abs_logit,
+        logits_tolerance: tolerance.logits(max_abs_logit),
+        final_loss_tolerance: tolerance.loss(max_abs_logit, steps - 1),
+        backends: reports,
+        config,
+    };
+    write(&report, out)?;
+    Ok(report)
+}
+
+/// How one backend's run compares with the reference's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Agreement {
+    max_logit_diff: f64,
+    max_loss_diff: f64,
+    max_loss_diff_step: usize,
+    within: bool,
+}
+
+fn agreement(reference: &Run, run: &Run, tolerance: &Tolerance, max_abs_logit: f64) -> Agreement {
+    let max_logit_diff = reference
+        .logits
+        .iter()
+        .zip(&run.logits)
+        .fold(0.0f64, |m, (&a, &b)| m.max(f64::from(a - b).abs()));
+    // NaN compares false, so a NaN anywhere is never "within".
+    let mut within = max_logit_diff <= tolerance.logits(max_abs_logit)
+        && reference.logits.len() == run.logits.len()
+        && reference.losses.len() == run.losses.len();
+    let (mut max_loss_diff, mut max_loss_diff_step) = (0.0f64, 0);
+    for (s, (a, b)) in reference.losses.iter().zip(&run.losses).enumerate() {
+        let d = (a - b).abs();
+        within &= d <= tolerance.loss(max_abs_logit, s);
+        // A NaN gap is the largest there is.
+        if d.is_nan() || d > max_loss_diff {
+            (max_loss_diff, max_loss_diff_step) = (d, s);
+        }
+    }
+    Agreement {
+        max_logit_diff,
+        max_loss_diff,
+        max_loss_diff_step,
+        within,
+    }
+}
+
+fn unavailable(name: &str, reason: String) -> BackendReport {
+    BackendReport {
+        backend: name.to_string(),
+        available: false,
+        reason: Some(reason),
+        max_logit_diff: f64::NAN,
+        losses: Vec::new(),
+        max_loss_diff: f64::NAN,
+        max_loss_diff_step: 0,
+        within_tolerance: false,
+        forward_ms: f64::NAN,
+        backward_ms: f64::NAN,
+        optimizer_ms: f64::NAN,
+        first_step_ms: f64::NAN,
+        peak_rss_mib: None,
+        device_reserved_mib: None,
+    }
+}
+
+fn write(report: &CompareReport, out: &Path) -> Result<()> {
+    let json = serde_json::to_string_pretty(report)?;
+    std::fs::write(out.join("compare.json"), json + "\n").context("writing compare.json")?;
+    std::fs::write(out.join("compare.md"), report.markdown()).context("writing compare.md")?;
+    let series: Vec<Series> = report
+        .backends
+        .iter()
+        .filter(|b| b.available)
+        .map(|b| Series {
+            label: b.backend.clone(),
+            points: b
+                .losses
+                .iter()
+                .enumerate()
+                .map(|(s, &l)| (s as f64, l))
+                .collect(),
+            faint: false,
+        })
+        .collect();
+    line_chart(
+        &out.join("compare.png"),
+        "training loss on each backend (same init, same batches)",
+        "step",
+        "loss",
+        &series,
+    )
+    .map_err(anyhow::Error::msg)
+}
+
+/// Runs `headlab compare`.
+pub fn cmd_compare(args: CompareArgs, mut config: RunConfig, name: &str) -> Result<()> {
+    let mut backends = Vec::new();
+    for b in &args.backends {
+        let backend: Backend = b.parse()?;
+        if backends.contains(&backend) {
+            bail!("--backends lists {backend} twice");
+        }
+        backends.push(backend);
+    }
+    if backends.is_empty() {
+        bail!("--backends is empty: give one or more of flex, ndarray, wgpu");
+    }
+    config.apply_sets(&args.set)?;
+    let out = match &args.out {
+        Some(out) => {
+            if out.exists() && !args.force {
+                bail!(
+                    "{} already exists; choose another --out or pass --force",
+                    out.display()
+                );
+            }
+            out.clone()
+        }
+        None => crate::cli::fresh_run_dir(&format!("compare-{name}")),
+    };
+    let report = compare(config, &backends, args.steps, &out)?;
+    print!("{}", report.markdown());
+    eprintln!(
+        "wrote {0}/compare.md, compare.json and compare.png",
+        out.display()
+    );
+    let bad = report.disagreeing();
+    if !bad.is_empty() {
+        bail!(
+            "{} disagree with {} beyond the f32 rounding tolerance (see {})",
+            bad.iter()
+                .map(|b| b.backend.as_str())
+                .collect::<Vec<_>>()
+                .join(", "),
+            report.reference,
+            out.join("compare.md").display()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tolerance_follows_the_documented_formula() {
+        let gpt = GptConfig::new(65)
+            .with_n_layers(4)
+            .with_d_model(128)
+            .with_block_size(64);
+        let tol = Tolerance::of(&gpt);
+        assert_eq!(tol.chained_reductions, 34);
+        assert_eq!(tol.longest_reduction, 512);
+        let expected = 2.0 * 34.0 * tol.longest_reduction as f64 * 2f64.powi(-24);
+        assert!((tol.logits(0.5) - expected).abs() < 1e-15);
+        assert!((tol.logits(3.0) - 3.0 * expected).abs() < 1e-15);
+        assert!((tol.loss(0.5, 9) - 20.0 * expected).abs() < 1e-15);
+    }
+
+    fn run(logits: Vec<f32>, losses: Vec<f64>) -> Run {
+        Run {
+            logits,
+            losses,
+            phases: Vec::new(),
+            peak_rss_mib: None,
+            device_reserved_mib: None,
+        }
+    }
+
+    #[test]
+    fn agreement_flags_gaps_beyond_the_tolerance_and_nans() {
+        let gpt = GptConfig::new(16).with_n_layers(1).with_d_model(16);
+        let tol = Tolerance::of(&gpt);
+        let (l0, l1) = (tol.loss(1.0, 0), tol.loss(1.0, 1));
+        let reference = run(vec![0.5, -1.0], vec![2.0, 1.5]);
+        let close = run(vec![0.5, -1.0], vec![2.0 + 0.5 * l0, 1.5 - 0.9 * l1]);
+        let a = agreement(&reference, &close, &tol, 1.0);
+        assert!(a.within, "{a:?}");
+        assert_eq!(a.max_loss_diff_step, 1);
+        // Step 0 allows less than step 1.
+        let early = run(vec![0.5, -1.0], vec![2.0 + 1.5 * l0, 1.5]);
+        assert!(!agreement(&reference, &early, &tol, 1.0).within);
+        let logits = run(
+            vec![0.5 + 2.0 * tol.logits(1.0) as f32, -1.0],
+            vec![2.0, 1.5],
+        );
+        let a = agreement(&reference, &logits, &tol, 1.0);
+        assert!(!a.within && a.max_logit_diff > tol.logits(1.0), "{a:?}");
+        let nan = run(vec![0.5, -1.0], vec![2.0, f64::NAN]);
+        let a = agreement(&reference, &nan, &tol, 1.0);
+        assert!(!a.within && a.max_loss_diff.is_nan(), "{a:?}");
+        let short = run(vec![0.5, -1.0], vec![2.0]);
+        assert!(!agreement(&reference, &short, &tol, 1.0).within);
+    }
+
+    #[test]
+    fn a_missing_backend_is_reported_and_the_others_still_run() {
+        let mut config = RunConfig::default();
+        for set in [
+            "model.d_model=16",
+            "model.n_heads=2",
+            "model.n_layers=1",
+            "model.block_size=8",
+            "train.batch_size=2",
+            "data.builtin_chars=3000",
+        ] {
+            config.apply_set(set).unwrap();
+        }
+        let out = tempfile::tempdir().unwrap();
+        #[allow(deprecated)]
+        let devices = vec![
+            ("wgpu".to_string(), Err("no adapter here".to_string())),
+            ("flex".to_string(), Ok(Device::flex())),
+            ("ndarray".to_string(), Ok(Device::ndarray())),
+        ];
+        let report = compare_on(config, devices, 3, out.path()).unwrap();
+        assert_eq!(report.reference, "flex");
+        let wgpu = &report.backends[0];
+        assert!(!wgpu.available && wgpu.reason.as_deref() == Some("no adapter here"));
+        assert!(
+            report.backends[1..]
+                .iter()
+                .all(|b| b.available && b.losses.len() == 3)
+        );
+        assert!(report.disagreeing().is_empty());
+        let md = std::fs::read_to_string(out.path().join("compare.md")).unwrap();
+        assert!(
+            md.contains("| wgpu | not available: no adapter here"),
+            "{md}"
+        );
+        assert!(out.path().join("compare.png").is_file());
+    }
+
+    #[test]
+    fn median_of_odd_and_even_lengths() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 2.0, 3.0]), 2.5);
+        assert!(median(Vec::new()).is_nan());
+    }
+}
