@@ -2,6 +2,7 @@
 //!
 //! - [`MultiHeadAttention`]: batched heads, grouped-query K/V, causal and padding masks,
 //!   per-head weights on request and a head mask for ablation.
+//! - [`sdpa`]: scaled dot-product attention alone, the op each head runs.
 //! - [`reference`]: a per-head loop and an f64 implementation it is tested against.
 //!
 //! The crate names no backend: it takes tensors and a [`burn::tensor::Device`], and its tests
@@ -14,6 +15,7 @@ pub mod mask;
 pub mod mha;
 pub mod reference;
 pub mod rope;
+pub mod sdpa;
 
 #[cfg(test)]
 mod testing;
@@ -27,3 +29,4 @@ pub use mha::{
     Qkv,
 };
 pub use rope::apply_rope;
+pub use sdpa::{attention_weights, scaled_dot_product_attention};

@@ -12,11 +12,10 @@
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
-use burn::tensor::activation::softmax;
 use burn::tensor::{Bool, Device, Tensor};
 
 use crate::error::AttentionConfigError;
-use crate::mask::causal_mask;
+use crate::sdpa::attention_weights;
 
 /// Score given to masked positions before the softmax. Finite, so a row whose keys are all
 /// masked gives uniform weights instead of NaN; large enough that `exp` underflows to exactly 0.
@@ -262,25 +261,10 @@ impl MultiHeadAttention {
         options: AttentionOptions,
     ) -> AttentionOutput {
         let [b, _, t_q, _] = q.dims();
-        let t_k = k.dims()[2];
-        let device = q.device();
         let k = self.repeat_kv(k);
         let v = self.repeat_kv(v);
-
-        // [b, h, t_q, d_k] x [b, h, d_k, t_k] -> [b, h, t_q, t_k]
-        let mut scores = q
-            .matmul(k.transpose())
-            .mul_scalar(1.0 / (self.d_k as f64).sqrt());
-        if self.causal {
-            let mask = causal_mask(t_q, t_k, &device);
-            scores = scores.mask_fill(mask.unsqueeze::<4>(), MASKED_SCORE);
-        }
-        if let Some(padding) = options.padding_mask {
-            // [b, t_k] -> [b, 1, 1, t_k]
-            let padding = padding.reshape([b, 1, 1, t_k]);
-            scores = scores.mask_fill(padding, MASKED_SCORE);
-        }
-        let weights = softmax(scores, 3);
+        // [b, h, t_q, t_k]
+        let weights = attention_weights(q, k, self.causal, options.padding_mask);
 
         // [b, h, t_q, t_k] x [b, h, t_k, d_k] -> [b, h, t_q, d_k]
         let mut context = self.attn_dropout.forward(weights.clone()).matmul(v);
