@@ -2,7 +2,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -18,18 +17,35 @@ struct Cli {
 enum Task {
     /// What CI checks: formatting, clippy with warnings as errors, then the test suite.
     Ci,
-    /// Benchmarks: the nanoGPT CPU recipe end to end on tiny-shakespeare (loss and speed).
-    /// Writes bench/results/<date>-<host>.json and .md.
+    /// Benchmarks: matmul peak, attention op over T, batched heads vs a per-head loop, the
+    /// training step at nanoGPT's CPU recipe with MFU, generation with and without the KV
+    /// cache, and the recipe end to end on tiny-shakespeare. Writes
+    /// bench/results/<date>-<host>[-quick].json and .md.
     Bench {
-        /// A short run (200 iterations) to check the harness.
+        /// Small sizes and short runs (a check of the harness, not a measurement).
         #[arg(long)]
         quick: bool,
-        /// Backend to train on.
-        #[arg(long, default_value = "flex")]
-        backend: String,
-        /// The tiny-shakespeare text (default: ../shared/datasets/tinyshakespeare/input.txt).
+        /// Backends, comma-separated.
+        #[arg(long, default_value = "flex,ndarray")]
+        backends: String,
+        /// Threads for headlab (RAYON_NUM_THREADS) and PyTorch (default: all cores).
+        #[arg(long)]
+        threads: Option<usize>,
+        /// Also run the PyTorch reference in bench/reference/ (creates a venv with torch in
+        /// ~/.cache/headlab/torch-venv on first use, about 5 GB from PyPI).
+        #[arg(long)]
+        with_torch: bool,
+        /// The tiny-shakespeare text for the recipe (default:
+        /// ../shared/datasets/tinyshakespeare/input.txt; the recipe is skipped, with a note,
+        /// when it is absent).
         #[arg(long)]
         data: Option<PathBuf>,
+        /// Recipe iterations (default 2000, 200 with --quick; 0 skips it).
+        #[arg(long)]
+        recipe_iters: Option<usize>,
+        /// Where the results go.
+        #[arg(long, default_value = "bench/results")]
+        results: PathBuf,
     },
 }
 
@@ -49,104 +65,108 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn output(cmd: &str, args: &[&str]) -> String {
-    Command::new(cmd)
-        .args(args)
-        .output()
-        .ok()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
+struct BenchArgs {
+    quick: bool,
+    backends: String,
+    threads: Option<usize>,
+    with_torch: bool,
+    data: Option<PathBuf>,
+    recipe_iters: Option<usize>,
+    results: PathBuf,
 }
 
-/// The recipe: train, then read speed and losses from the run's metrics.csv.
-fn bench(quick: bool, backend: &str, data: Option<PathBuf>) -> Result<()> {
+/// Builds everything, runs the PyTorch reference if asked, then `headlab-bench`.
+fn bench(args: BenchArgs) -> Result<()> {
     let root = root();
-    let data = data.unwrap_or_else(|| root.join("../shared/datasets/tinyshakespeare/input.txt"));
-    if !data.is_file() {
-        bail!(
-            "tiny-shakespeare not found at {}: the recipe benchmark needs it (see datasets/README.md \
-             for where to get it, then pass --data FILE)",
-            data.display()
-        );
-    }
+    let data = args
+        .data
+        .unwrap_or_else(|| root.join("../shared/datasets/tinyshakespeare/input.txt"));
+    let recipe_iters = args
+        .recipe_iters
+        .unwrap_or(if args.quick { 200 } else { 2000 });
     run(cargo()
         .current_dir(&root)
         .args(["build", "--release", "--workspace", "--all-targets"]))?;
     let target = std::env::var("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|_| root.join("target"));
-    let bin = target.join("release/headlab");
-    let out = tempdir()?;
-    let iters = if quick { 200 } else { 2000 };
-    let started = Instant::now();
-    let data_set = format!("data.path={}", data.display());
-    let iters_set = format!("train.max_iters={iters}");
-    let mut args = vec![
-        "train",
-        "--config",
-        "configs/shakespeare-char-cpu.toml",
-        "--backend",
-        backend,
-        "--force",
-        "--set",
-        &data_set,
-        "--set",
-        &iters_set,
-        "--out",
-    ];
-    let run_dir = out.join("recipe");
-    let run_dir_s = run_dir.display().to_string();
-    args.push(&run_dir_s);
-    run(Command::new(&bin).current_dir(&root).args(&args))?;
-    let wall = started.elapsed().as_secs_f64();
+    let scratch = std::env::temp_dir().join(format!("headlab-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
 
-    let metrics = std::fs::read_to_string(run_dir.join("metrics.csv"))?;
-    let (mut val, mut train_loss, mut speeds) = (f64::NAN, f64::NAN, Vec::new());
-    for line in metrics.lines().skip(1) {
-        let f: Vec<&str> = line.split(',').collect();
-        let loss: f64 = f[2].parse().unwrap_or(f64::NAN);
-        match f[1] {
-            "val" => val = loss,
-            "train" => train_loss = loss,
-            "iter" => speeds.push(f[4].parse::<f64>().unwrap_or(f64::NAN)),
-            _ => {}
-        }
+    let mut cmd = Command::new(target.join("release/headlab-bench"));
+    cmd.current_dir(&root)
+        .arg("--backends")
+        .arg(&args.backends)
+        .arg("--results")
+        .arg(&args.results)
+        .arg("--data")
+        .arg(&data)
+        .arg("--recipe-iters")
+        .arg(recipe_iters.to_string())
+        .arg("--criterion-dir")
+        .arg(scratch.join("criterion"));
+    if args.quick {
+        cmd.arg("--quick");
     }
-    // Median tokens/s of the logged windows, skipping the first (warm-up).
-    let mut steady: Vec<f64> = speeds
-        .iter()
-        .skip(1)
-        .copied()
-        .filter(|s| s.is_finite())
-        .collect();
-    steady.sort_by(f64::total_cmp);
-    let tok_s = steady.get(steady.len() / 2).copied().unwrap_or(f64::NAN);
-    let tokens_per_iter = 12.0 * 64.0;
-    let ms_iter = 1000.0 * tokens_per_iter / tok_s;
-    let host = output("hostname", &[]);
-    let date = output("date", &["+%Y-%m-%d"]);
-    let json = format!(
-        "{{\n  \"date\": \"{date}\",\n  \"host\": \"{host}\",\n  \"backend\": \"{backend}\",\n  \"recipe\": {{\n    \"config\": \"configs/shakespeare-char-cpu.toml\",\n    \"iters\": {iters},\n    \"val_loss\": {val:.4},\n    \"train_loss\": {train_loss:.4},\n    \"ms_per_iter\": {ms_iter:.1},\n    \"tokens_per_s\": {tok_s:.0},\n    \"wall_s\": {wall:.1}\n  }}\n}}\n"
-    );
-    let md = format!(
-        "| benchmark | backend | iters | val loss (200 batches) | ms/iter (median) | tokens/s | wall |\n|---|---|---|---|---|---|---|\n| nanoGPT CPU recipe, tiny-shakespeare char | {backend} | {iters} | {val:.4} | {ms_iter:.1} | {tok_s:.0} | {wall:.0} s |\n"
-    );
-    let results = root.join("bench/results");
-    std::fs::create_dir_all(&results)?;
-    let stem = format!(
-        "{date}-{host}-{backend}{}",
-        if quick { "-quick" } else { "" }
-    );
-    std::fs::write(results.join(format!("{stem}.json")), &json)?;
-    std::fs::write(results.join(format!("{stem}.md")), &md)?;
-    println!("{md}\nwrote bench/results/{stem}.json and .md");
+    if let Some(n) = args.threads {
+        cmd.env("RAYON_NUM_THREADS", n.to_string());
+    }
+    if args.with_torch {
+        let python = torch_venv()?;
+        let out = scratch.join("torch.json");
+        let mut py = Command::new(python);
+        py.current_dir(&root)
+            .arg("bench/reference/bench.py")
+            .arg("--out")
+            .arg(&out);
+        if args.quick {
+            py.arg("--quick");
+        }
+        if let Some(n) = args.threads {
+            py.arg("--threads").arg(n.to_string());
+        }
+        if recipe_iters > 0 && data.is_file() {
+            py.arg("--recipe-data")
+                .arg(&data)
+                .arg("--recipe-iters")
+                .arg(recipe_iters.to_string());
+        }
+        eprintln!("xtask: running the PyTorch reference");
+        run(&mut py)?;
+        cmd.arg("--torch-json").arg(&out);
+    }
+    run(&mut cmd)?;
+    std::fs::remove_dir_all(&scratch).ok();
     Ok(())
 }
 
-fn tempdir() -> Result<PathBuf> {
-    let dir = std::env::temp_dir().join(format!("headlab-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    Ok(dir)
+/// The Python of a venv with torch, made on first use.
+fn torch_venv() -> Result<PathBuf> {
+    let home = std::env::var("HOME").context("HOME is not set")?;
+    let venv = Path::new(&home).join(".cache/headlab/torch-venv");
+    let python = venv.join("bin/python");
+    let has_torch = |p: &Path| {
+        Command::new(p)
+            .args(["-c", "import torch"])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if python.is_file() && has_torch(&python) {
+        return Ok(python);
+    }
+    eprintln!(
+        "xtask: creating {} with torch from PyPI (first use only; about 5 GB)",
+        venv.display()
+    );
+    run(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
+    run(Command::new(&python).args(["-m", "pip", "install", "-q", "torch", "numpy"]))?;
+    if !has_torch(&python) {
+        bail!(
+            "torch did not import after installing it into {}",
+            venv.display()
+        );
+    }
+    Ok(python)
 }
 
 fn main() -> Result<()> {
@@ -166,8 +186,20 @@ fn main() -> Result<()> {
         }
         Task::Bench {
             quick,
-            backend,
+            backends,
+            threads,
+            with_torch,
             data,
-        } => bench(quick, &backend, data),
+            recipe_iters,
+            results,
+        } => bench(BenchArgs {
+            quick,
+            backends,
+            threads,
+            with_torch,
+            data,
+            recipe_iters,
+            results,
+        }),
     }
 }

@@ -1,0 +1,787 @@
+//! headlab's benchmarks, run by `cargo xtask bench` (which builds, and runs the PyTorch
+//! reference first when asked).
+//!
+//! Sections, each per backend: the matmul peak (`matmul`), the attention op alone forward
+//! and forward+backward over T (`attention`), all heads batched vs the per-head loop
+//! reference (`heads`), one training step at nanoGPT's CPU recipe with its MFU
+//! (`train_step`), and generation with and without the KV cache (`generation`).
+//! Criterion times the first four (warm-up, flat sampling, per-iteration samples kept);
+//! generation is too slow per call for that and is timed by repeating whole generations.
+//! Then the nanoGPT CPU recipe end to end on tiny-shakespeare (`recipe`), when the text is
+//! there. Writes `<results>/<date>-<host>[-quick].json` and a markdown report beside it, with
+//! headlab / PyTorch ratios when `--torch-json` gives the reference's results.
+//!
+//! Arguments: `[--quick] [--backends flex,ndarray,wgpu] [--results DIR] [--data FILE]
+//! [--recipe-iters N] [--torch-json FILE] [--criterion-dir DIR]`.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use burn::optim::GradientsParams;
+use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use criterion::{BenchmarkId, Criterion, SamplingMode};
+use headlab_model::attention::reference::per_head_loop;
+use headlab_model::attention::{MultiHeadAttentionConfig, scaled_dot_product_attention};
+use headlab_model::{Decoder, Gpt, GptConfig, cross_entropy};
+use headlab_train::backend::Backend;
+use headlab_train::config::RunConfig;
+use headlab_train::optim::{AdamW, AdamWConfig, global_grad_norm};
+use headlab_train::trainer::{TrainOptions, train};
+use serde_json::{Value, json};
+
+struct Args {
+    quick: bool,
+    backends: Vec<Backend>,
+    results: PathBuf,
+    criterion_dir: PathBuf,
+    data: PathBuf,
+    recipe_iters: Option<usize>,
+    torch_json: Option<PathBuf>,
+}
+
+fn parse_args() -> Args {
+    let mut args = Args {
+        quick: false,
+        backends: vec![Backend::Flex, Backend::Ndarray],
+        results: PathBuf::from("bench/results"),
+        criterion_dir: std::env::temp_dir().join("headlab-criterion"),
+        data: PathBuf::from("../shared/datasets/tinyshakespeare/input.txt"),
+        recipe_iters: None,
+        torch_json: None,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--quick" => args.quick = true,
+            "--backends" => {
+                let list = it.next().expect("--backends needs a list");
+                args.backends = list
+                    .split(',')
+                    .map(|b| b.parse().unwrap_or_else(|e| panic!("{e}")))
+                    .collect();
+            }
+            "--results" => args.results = it.next().expect("--results needs a dir").into(),
+            "--data" => args.data = it.next().expect("--data needs a file").into(),
+            "--recipe-iters" => {
+                let n = it.next().expect("--recipe-iters needs a number");
+                args.recipe_iters = Some(n.parse().expect("--recipe-iters needs a number"));
+            }
+            "--torch-json" => args.torch_json = Some(it.next().expect("a file").into()),
+            "--criterion-dir" => {
+                args.criterion_dir = it.next().expect("--criterion-dir needs a dir").into()
+            }
+            // `cargo bench` passes `--bench`; criterion's own filters are not used.
+            _ => {}
+        }
+    }
+    args
+}
+
+/// Peak RSS tracking (Linux): reset the high-water mark, read it back.
+fn rss_reset() -> Option<f64> {
+    std::fs::write("/proc/self/clear_refs", "5").ok()?;
+    status_mib("VmRSS:")
+}
+
+fn status_mib(field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace()
+        .nth(1)?
+        .parse::<f64>()
+        .ok()
+        .map(|k| k / 1024.0)
+}
+
+/// Memory a benchmark used at its peak above what was held before it: the backend's
+/// allocator where it reports one (wgpu), else the process RSS.
+struct MemoryProbe {
+    rss_before: Option<f64>,
+}
+
+impl MemoryProbe {
+    fn start(device: &Device) -> Self {
+        device.memory_cleanup();
+        Self {
+            rss_before: rss_reset(),
+        }
+    }
+
+    fn peak_mib(&self, device: &Device) -> Option<f64> {
+        if let Some(usage) = device.memory_pool_usage() {
+            return Some(usage.bytes_reserved as f64 / (1024.0 * 1024.0));
+        }
+        Some((status_mib("VmHWM:")? - self.rss_before?).max(0.0))
+    }
+}
+
+/// Per-iteration times (ms) of a criterion benchmark, read from its `sample.json`.
+fn samples(dir: &Path, group: &str, function: &str, param: &str) -> Vec<f64> {
+    let path = dir
+        .join(group)
+        .join(function)
+        .join(param)
+        .join("new/sample.json");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("criterion wrote no {}: {e}", path.display()));
+    let v: Value = serde_json::from_str(&text).expect("criterion sample.json");
+    let iters = v["iters"].as_array().expect("iters");
+    let times = v["times"].as_array().expect("times");
+    iters
+        .iter()
+        .zip(times)
+        .map(|(i, t)| t.as_f64().unwrap() / i.as_f64().unwrap() / 1e6)
+        .collect()
+}
+
+/// Median, min and max.
+fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    };
+    (median, v[0], v[n - 1])
+}
+
+fn timing(ms: &[f64]) -> Value {
+    let (median, min, max) = stats(ms.to_vec());
+    json!({ "median_ms": median, "min_ms": min, "max_ms": max, "samples": ms.len() })
+}
+
+struct Bench {
+    c: Criterion,
+    dir: PathBuf,
+}
+
+impl Bench {
+    /// Runs `f` under criterion as `group/function/param`; returns per-iteration ms and the
+    /// peak memory.
+    fn run(
+        &mut self,
+        device: &Device,
+        group: &str,
+        function: &str,
+        param: usize,
+        mut f: impl FnMut(),
+    ) -> (Vec<f64>, Option<f64>) {
+        let probe = MemoryProbe::start(device);
+        let mut g = self.c.benchmark_group(group);
+        g.sampling_mode(SamplingMode::Flat);
+        g.bench_function(BenchmarkId::new(function, param), |b| {
+            b.iter(|| {
+                f();
+                device.sync().expect("device sync");
+            })
+        });
+        g.finish();
+        let memory = probe.peak_mib(device);
+        (
+            samples(&self.dir, group, function, &param.to_string()),
+            memory,
+        )
+    }
+}
+
+fn random<const D: usize>(shape: [usize; D], device: &Device) -> Tensor<D> {
+    Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
+}
+
+fn matmul(bench: &mut Bench, backend: Backend, device: &Device, n: usize) -> Value {
+    let a = random([n, n], device);
+    let b = random([n, n], device);
+    let group = format!("matmul_{backend}");
+    let (ms, _) = bench.run(device, &group, "n", n, || {
+        black_box(a.clone().matmul(b.clone()));
+    });
+    let (median, _, _) = stats(ms.clone());
+    json!({
+        "backend": backend.to_string(), "n": n, "timing": timing(&ms),
+        "gflops": 2.0 * (n as f64).powi(3) / (median * 1e-3) / 1e9,
+    })
+}
+
+fn attention(
+    bench: &mut Bench,
+    backend: Backend,
+    device: &Device,
+    [b, h, d_k]: [usize; 3],
+    t: usize,
+    backward: bool,
+) -> Value {
+    let pass = if backward {
+        "forward_backward"
+    } else {
+        "forward"
+    };
+    let group = format!("attention_{backend}_{pass}_b{b}_h{h}_d{d_k}");
+    let (ms, memory) = if backward {
+        let ad = device.clone().autodiff();
+        let q = random([b, h, t, d_k], &ad).require_grad();
+        let k = random([b, h, t, d_k], &ad).require_grad();
+        let v = random([b, h, t, d_k], &ad).require_grad();
+        bench.run(&ad, &group, "t", t, || {
+            let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), true);
+            black_box(out.sum().backward());
+        })
+    } else {
+        let q = random([b, h, t, d_k], device);
+        let k = random([b, h, t, d_k], device);
+        let v = random([b, h, t, d_k], device);
+        bench.run(device, &group, "t", t, || {
+            black_box(scaled_dot_product_attention(
+                q.clone(),
+                k.clone(),
+                v.clone(),
+                true,
+            ));
+        })
+    };
+    let (median, _, _) = stats(ms.clone());
+    // Q K^T and weights V over the full [t, t] matrix (what the naive op computes); the
+    // backward pass costs twice the forward.
+    let fwd_flops = 4.0 * (b * h * t * t * d_k) as f64;
+    let flops = if backward { 3.0 * fwd_flops } else { fwd_flops };
+    json!({
+        "backend": backend.to_string(), "pass": pass, "b": b, "h": h, "d_k": d_k, "t": t,
+        "timing": timing(&ms),
+        "tokens_per_s": (b * t) as f64 / (median * 1e-3),
+        "gflops": flops / (median * 1e-3) / 1e9,
+        "peak_mib": memory,
+    })
+}
+
+fn heads(bench: &mut Bench, backend: Backend, device: &Device, h: usize, t: usize) -> Vec<Value> {
+    let d_model = 128;
+    let mha = MultiHeadAttentionConfig::new(d_model, h)
+        .with_bias(false)
+        .init(device)
+        .expect("valid attention config");
+    let x = random([1, t, d_model], device);
+    let group = format!("heads_{backend}_d{d_model}_t{t}");
+    let mut rows = Vec::new();
+    for mode in ["batched", "loop"] {
+        let (ms, _) = bench.run(device, &group, mode, h, || match mode {
+            "batched" => {
+                black_box(mha.forward(x.clone()));
+            }
+            _ => {
+                black_box(per_head_loop(&mha, x.clone(), None, None));
+            }
+        });
+        rows.push(json!({
+            "backend": backend.to_string(), "mode": mode, "h": h, "d_k": d_model / h,
+            "d_model": d_model, "t": t, "b": 1, "timing": timing(&ms),
+        }));
+    }
+    rows
+}
+
+/// nanoGPT's CPU recipe model: 4 layers, 4 heads, d_model 128, T 64, vocab 65, no biases.
+fn recipe_model(block_size: usize) -> GptConfig {
+    GptConfig::new(65)
+        .with_block_size(block_size)
+        .with_d_model(128)
+        .with_n_layers(4)
+        .with_n_heads(4)
+        .with_bias(false)
+        .with_dropout(0.0)
+}
+
+fn tokens(b: usize, t: usize, vocab: usize, seed: u64, device: &Device) -> Tensor<2, Int> {
+    let ids: Vec<i64> = (0..b * t)
+        .map(|i| ((i as u64 * 2654435761 + seed * 97) % vocab as u64) as i64)
+        .collect();
+    Tensor::from_data(TensorData::new(ids, [b, t]), device)
+}
+
+fn train_step(bench: &mut Bench, backend: Backend, device: &Device, peak_gflops: f64) -> Value {
+    let (b, t) = (12, 64);
+    let config = recipe_model(t);
+    let ad = device.clone().autodiff();
+    ad.seed(1337);
+    let model = Gpt::new(&config, &ad).expect("recipe config");
+    let (x, y) = (tokens(b, t, 65, 1, &ad), tokens(b, t, 65, 2, &ad));
+    let mut optim = AdamW::new(AdamWConfig {
+        beta1: 0.9,
+        beta2: 0.99,
+        eps: 1e-8,
+        weight_decay: 0.1,
+    });
+    let mut slot = Some(model);
+    let group = format!("train_step_{backend}");
+    let (ms, memory) = bench.run(&ad, &group, "b12_t", t, || {
+        let model = slot.take().expect("model");
+        let loss = cross_entropy(model.forward(x.clone()), y.clone(), None);
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let norm = global_grad_norm(&model, &grads);
+        let scale = if norm > 1.0 { 1.0 / (norm + 1e-6) } else { 1.0 };
+        slot = Some(optim.step(model, &grads, 1e-3, scale));
+    });
+    let (median, _, _) = stats(ms.clone());
+    // nanoGPT's estimate_mfu: N counts every parameter but the position table.
+    let n = (config.param_count(true) - config.block_size * config.d_model) as f64;
+    let flops_per_token = 6.0 * n + 12.0 * (config.n_layers * config.d_model * t) as f64;
+    let achieved = flops_per_token * (b * t) as f64 / (median * 1e-3) / 1e9;
+    json!({
+        "backend": backend.to_string(),
+        "config": "nanoGPT CPU recipe: 4 layers, 4 heads, d_model 128, T 64, B 12, vocab 65",
+        "timing": timing(&ms),
+        "tokens_per_s": (b * t) as f64 / (median * 1e-3),
+        "flops_per_token": flops_per_token,
+        "achieved_gflops": achieved,
+        "matmul_peak_gflops": peak_gflops,
+        "mfu": achieved / peak_gflops,
+        "peak_mib": memory,
+    })
+}
+
+/// Greedy generation of `new` tokens after one token, with or without the KV cache.
+fn generate(model: &Gpt, new: usize, cache: bool, device: &Device) -> usize {
+    let argmax = |logits: &[f32]| {
+        logits
+            .iter()
+            .enumerate()
+            .max_by(|a, b| a.1.total_cmp(b.1))
+            .map_or(0, |(i, _)| i as u32)
+    };
+    if cache {
+        let mut decoder = Decoder::new(model, &[0]).expect("prompt");
+        for _ in 0..new {
+            let next = argmax(decoder.logits());
+            decoder.push(next);
+        }
+        decoder.window().len()
+    } else {
+        let mut window = vec![0u32];
+        for _ in 0..new {
+            let ids: Vec<i64> = window.iter().map(|&t| t as i64).collect();
+            let input =
+                Tensor::<2, Int>::from_data(TensorData::new(ids, [1, window.len()]), device);
+            let logits = model.forward(input);
+            let [_, t, v] = logits.dims();
+            let last: Vec<f32> = logits
+                .slice([0..1, t - 1..t, 0..v])
+                .into_data()
+                .try_into_vec_as::<f32>()
+                .expect("logits");
+            window.push(argmax(&last));
+        }
+        window.len()
+    }
+}
+
+fn generation(backend: Backend, device: &Device, lengths: &[usize], reps: usize) -> Vec<Value> {
+    let max = lengths.iter().copied().max().unwrap_or(1);
+    let config = recipe_model(max + 1);
+    device.seed(7);
+    let model = Gpt::new(&config, device).expect("generation config");
+    // Warm-up: first calls allocate and, on wgpu, compile.
+    generate(&model, 8, true, device);
+    generate(&model, 8, false, device);
+    let mut rows = Vec::new();
+    for &new in lengths {
+        for cache in [true, false] {
+            let ms: Vec<f64> = (0..reps)
+                .map(|_| {
+                    let start = Instant::now();
+                    black_box(generate(&model, new, cache, device));
+                    start.elapsed().as_secs_f64() * 1e3
+                })
+                .collect();
+            let (median, _, _) = stats(ms.clone());
+            eprintln!("generation {backend} new={new} cache={cache}: {median:.0} ms");
+            rows.push(json!({
+                "backend": backend.to_string(), "new_tokens": new, "kv_cache": cache,
+                "model": "recipe dims, block_size = new_tokens + 1, greedy",
+                "timing": timing(&ms), "tokens_per_s": new as f64 / (median * 1e-3),
+            }));
+        }
+    }
+    rows
+}
+
+fn main() {
+    let args = parse_args();
+    let quick = args.quick;
+    let (warm, measure) = if quick {
+        (Duration::from_millis(100), Duration::from_millis(300))
+    } else {
+        (Duration::from_secs(1), Duration::from_secs(3))
+    };
+    std::fs::create_dir_all(&args.criterion_dir).expect("criterion dir");
+    let c = Criterion::default()
+        .warm_up_time(warm)
+        .measurement_time(measure)
+        .sample_size(10)
+        .without_plots()
+        .output_directory(&args.criterion_dir);
+    let mut bench = Bench {
+        c,
+        dir: args.criterion_dir.clone(),
+    };
+    let (ts, long_t, hs, head_t, gen_lengths, matmul_n) = if quick {
+        (vec![64, 128], 256, vec![1, 4], 64, vec![16], 256)
+    } else {
+        (
+            vec![64, 128, 256, 512, 1024, 2048],
+            8192,
+            vec![1, 2, 4, 8, 16],
+            256,
+            vec![256, 1024],
+            1024,
+        )
+    };
+    let mut out = json!({
+        "quick": quick,
+        "threads": std::env::var("RAYON_NUM_THREADS").ok(),
+        "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "matmul": [], "attention": [], "heads": [], "train_step": [], "generation": [],
+        "unavailable": {},
+    });
+    let push = |out: &mut Value, section: &str, v: Value| {
+        out[section].as_array_mut().expect("section").push(v);
+    };
+    for &backend in &args.backends {
+        let device = match backend.device() {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("bench: {backend} is not available: {e}");
+                out["unavailable"][backend.to_string()] = json!(e.to_string());
+                continue;
+            }
+        };
+        let peak = matmul(&mut bench, backend, &device, matmul_n);
+        let peak_gflops = peak["gflops"].as_f64().unwrap_or(f64::NAN);
+        push(&mut out, "matmul", peak);
+        for &t in &ts {
+            for backward in [false, true] {
+                let row = attention(&mut bench, backend, &device, [4, 4, 32], t, backward);
+                push(&mut out, "attention", row);
+            }
+        }
+        // The long sequence: forward only, one sequence (the naive op holds a [T, T] matrix
+        // per head).
+        let row = attention(&mut bench, backend, &device, [1, 4, 32], long_t, false);
+        push(&mut out, "attention", row);
+        for &h in &hs {
+            for row in heads(&mut bench, backend, &device, h, head_t) {
+                push(&mut out, "heads", row);
+            }
+        }
+        let row = train_step(&mut bench, backend, &device, peak_gflops);
+        push(&mut out, "train_step", row);
+        let reps = if quick { 2 } else { 3 };
+        for row in generation(backend, &device, &gen_lengths, reps) {
+            push(&mut out, "generation", row);
+        }
+    }
+    let recipe_iters = args.recipe_iters.unwrap_or(if quick { 200 } else { 2000 });
+    out["recipe"] = recipe(&args.data, recipe_iters, args.backends[0]);
+    out["torch"] = match &args.torch_json {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+            serde_json::from_str(&text).expect("the PyTorch reference's JSON")
+        }
+        None => Value::Null,
+    };
+    let (date, host) = (today(), hostname());
+    out["date"] = json!(date);
+    out["host"] = json!(host);
+    std::fs::create_dir_all(&args.results).expect("creating the results directory");
+    let stem = format!("{date}-{host}{}", if quick { "-quick" } else { "" });
+    let json_path = args.results.join(format!("{stem}.json"));
+    let md_path = args.results.join(format!("{stem}.md"));
+    let text = serde_json::to_string_pretty(&out).expect("json");
+    std::fs::write(&json_path, text + "\n").expect("writing the results");
+    let md = markdown(&out);
+    std::fs::write(&md_path, &md).expect("writing the report");
+    println!("{md}");
+    eprintln!("wrote {} and {}", json_path.display(), md_path.display());
+}
+
+/// The nanoGPT CPU recipe end to end (configs/shakespeare-char-cpu.toml) on `backend`.
+fn recipe(data: &Path, iters: usize, backend: Backend) -> Value {
+    if iters == 0 {
+        return json!({ "skipped": "--recipe-iters 0" });
+    }
+    if !data.is_file() {
+        let why = format!(
+            "tiny-shakespeare not found at {}: see datasets/README.md for where to get it, then \
+             pass --data FILE",
+            data.display()
+        );
+        eprintln!("bench: recipe skipped: {why}");
+        return json!({ "skipped": why });
+    }
+    let mut config = RunConfig::from_toml_str(RECIPE, "configs/shakespeare-char-cpu.toml")
+        .expect("the shipped recipe parses");
+    config.data.path = Some(data.to_path_buf());
+    config.train.max_iters = iters;
+    config.train.backend = backend.to_string();
+    let out = std::env::temp_dir().join(format!("headlab-bench-recipe-{}", std::process::id()));
+    let started = Instant::now();
+    let summary = train(TrainOptions {
+        config,
+        out: out.clone(),
+        force: true,
+        resume: false,
+        resume_sets: Vec::new(),
+        print_sample: false,
+    })
+    .expect("the recipe trains");
+    let wall = started.elapsed().as_secs_f64();
+    // Median tokens/s of the logged windows after the first (warm-up).
+    let metrics = std::fs::read_to_string(out.join("metrics.csv")).expect("metrics.csv");
+    let speeds: Vec<f64> = metrics
+        .lines()
+        .filter(|l| l.split(',').nth(1) == Some("iter"))
+        .filter_map(|l| l.split(',').nth(4)?.parse().ok())
+        .skip(1)
+        .collect();
+    let (tok_s, _, _) = stats(speeds);
+    std::fs::remove_dir_all(&out).ok();
+    json!({
+        "config": "configs/shakespeare-char-cpu.toml", "backend": backend.to_string(),
+        "iters": iters, "val_loss": summary.val_loss, "train_loss": summary.train_loss,
+        "val_batches": 200, "tokens_per_s": tok_s, "ms_per_iter": 12.0 * 64.0 * 1e3 / tok_s,
+        "wall_s": wall,
+    })
+}
+
+const RECIPE: &str = include_str!("../../../../configs/shakespeare-char-cpu.toml");
+
+/// `YYYY-MM-DD` (UTC) without a date crate: days since 1970 to a civil date (H. Hinnant).
+fn today() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let z = (secs / 86_400) as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}")
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into())
+}
+
+fn num(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+fn median_ms(v: &Value) -> f64 {
+    num(&v["timing"]["median_ms"])
+}
+
+/// `median (min-max)`.
+fn ms_cell(v: &Value) -> String {
+    let t = &v["timing"];
+    format!(
+        "{:.2} ({:.2}-{:.2})",
+        num(&t["median_ms"]),
+        num(&t["min_ms"]),
+        num(&t["max_ms"])
+    )
+}
+
+fn ratio(a: f64, b: f64) -> String {
+    if a.is_finite() && b.is_finite() && b > 0.0 {
+        format!("{:.2}", a / b)
+    } else {
+        "-".into()
+    }
+}
+
+fn rows<'a>(out: &'a Value, section: &str) -> impl Iterator<Item = &'a Value> {
+    out[section].as_array().into_iter().flatten()
+}
+
+/// The report: one table per section, with PyTorch's time and headlab / PyTorch where the
+/// reference ran.
+fn markdown(out: &Value) -> String {
+    let torch = &out["torch"];
+    let has_torch = !torch.is_null();
+    let mut s = format!(
+        "# headlab benchmarks, {} on {}\n\n{} cores, RAYON_NUM_THREADS={}{}{}. Times are medians \
+         of criterion's samples (min-max in brackets). Made by `cargo xtask bench{}`.\n",
+        out["date"].as_str().unwrap_or("?"),
+        out["host"].as_str().unwrap_or("?"),
+        out["cores"],
+        out["threads"].as_str().unwrap_or("unset"),
+        if has_torch {
+            format!(
+                ", PyTorch {} with {} threads",
+                torch["torch"].as_str().unwrap_or("?"),
+                torch["threads"]
+            )
+        } else {
+            String::new()
+        },
+        if out["quick"] == true {
+            " (quick: small sizes, short runs, a harness check)"
+        } else {
+            ""
+        },
+        if out["quick"] == true { " --quick" } else { "" },
+    );
+    for (backend, why) in out["unavailable"].as_object().into_iter().flatten() {
+        s += &format!("\n{backend} was not available: {why}\n");
+    }
+
+    let torch_peak = torch["matmul"][0]["gflops"].as_f64();
+    s += "\n## Matmul peak (square f32 matmul)\n\n| backend | n | ms | GFLOP/s |\n|---|---|---|---|\n";
+    for r in rows(out, "matmul") {
+        s += &format!(
+            "| {} | {} | {} | {:.1} |\n",
+            r["backend"].as_str().unwrap_or("?"),
+            r["n"],
+            ms_cell(r),
+            num(&r["gflops"])
+        );
+    }
+    if let Some(p) = torch_peak {
+        s += &format!(
+            "| PyTorch | {} | {} | {p:.1} |\n",
+            torch["matmul"][0]["n"],
+            ms_cell(&torch["matmul"][0])
+        );
+    }
+
+    s += "\n## Attention op: softmax(Q K^T / sqrt(d_k) + causal mask) V\n\n| backend | pass | b x h x d_k | T | ms | tokens/s | GFLOP/s | peak MiB | PyTorch ms | headlab / PyTorch |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    for r in rows(out, "attention") {
+        let reference = rows(torch, "attention").find(|t| {
+            t["pass"] == r["pass"] && t["t"] == r["t"] && t["b"] == r["b"] && t["h"] == r["h"]
+        });
+        let t_ms = reference.map_or(f64::NAN, median_ms);
+        s += &format!(
+            "| {} | {} | {}x{}x{} | {} | {} | {:.0} | {:.1} | {} | {} | {} |\n",
+            r["backend"].as_str().unwrap_or("?"),
+            r["pass"].as_str().unwrap_or("?"),
+            r["b"],
+            r["h"],
+            r["d_k"],
+            r["t"],
+            ms_cell(r),
+            num(&r["tokens_per_s"]),
+            num(&r["gflops"]),
+            r["peak_mib"]
+                .as_f64()
+                .map_or("-".into(), |m| format!("{m:.0}")),
+            if t_ms.is_finite() {
+                format!("{t_ms:.2}")
+            } else {
+                "-".into()
+            },
+            ratio(median_ms(r), t_ms),
+        );
+    }
+
+    s += "\n## All heads in one batched matmul vs the per-head loop (b 1, d_model 128)\n\n| backend | heads | d_k | T | batched ms | loop ms | loop / batched |\n|---|---|---|---|---|---|---|\n";
+    for r in rows(out, "heads").filter(|r| r["mode"] == "batched") {
+        let looped = rows(out, "heads")
+            .find(|l| l["mode"] == "loop" && l["backend"] == r["backend"] && l["h"] == r["h"]);
+        let l_ms = looped.map_or(f64::NAN, median_ms);
+        s += &format!(
+            "| {} | {} | {} | {} | {} | {} | {} |\n",
+            r["backend"].as_str().unwrap_or("?"),
+            r["h"],
+            r["d_k"],
+            r["t"],
+            ms_cell(r),
+            looped.map_or("-".into(), ms_cell),
+            ratio(l_ms, median_ms(r)),
+        );
+    }
+
+    s += "\n## Training step, nanoGPT CPU recipe (4L, 4H, d 128, T 64, B 12): forward, backward, clip, AdamW\n\n| backend | ms/iter | tokens/s | GFLOP/s | MFU (of matmul peak) | PyTorch ms | headlab / PyTorch |\n|---|---|---|---|---|---|---|\n";
+    for r in rows(out, "train_step") {
+        let t_ms = rows(torch, "train_step").next().map_or(f64::NAN, median_ms);
+        s += &format!(
+            "| {} | {} | {:.0} | {:.1} | {:.1}% | {} | {} |\n",
+            r["backend"].as_str().unwrap_or("?"),
+            ms_cell(r),
+            num(&r["tokens_per_s"]),
+            num(&r["achieved_gflops"]),
+            100.0 * num(&r["mfu"]),
+            if t_ms.is_finite() {
+                format!("{t_ms:.2}")
+            } else {
+                "-".into()
+            },
+            ratio(median_ms(r), t_ms),
+        );
+    }
+    if let Some(t) = rows(torch, "train_step").next() {
+        s += &format!(
+            "| PyTorch | {} | {:.0} | {:.1} | {:.1}% | | |\n",
+            ms_cell(t),
+            num(&t["tokens_per_s"]),
+            num(&t["achieved_gflops"]),
+            100.0 * num(&t["mfu"]),
+        );
+    }
+
+    s += "\n## Generation (greedy, one prompt token, recipe dims)\n\n| backend | new tokens | with KV cache tokens/s | without tokens/s | speed-up |\n|---|---|---|---|---|\n";
+    for r in rows(out, "generation").filter(|r| r["kv_cache"] == true) {
+        let without = rows(out, "generation").find(|w| {
+            w["kv_cache"] == false
+                && w["backend"] == r["backend"]
+                && w["new_tokens"] == r["new_tokens"]
+        });
+        let w_tok = without.map_or(f64::NAN, |w| num(&w["tokens_per_s"]));
+        s += &format!(
+            "| {} | {} | {:.0} | {:.0} | {} |\n",
+            r["backend"].as_str().unwrap_or("?"),
+            r["new_tokens"],
+            num(&r["tokens_per_s"]),
+            w_tok,
+            ratio(num(&r["tokens_per_s"]), w_tok),
+        );
+    }
+
+    s += "\n## nanoGPT CPU recipe end to end (tiny-shakespeare, char)\n\n";
+    let r = &out["recipe"];
+    if let Some(why) = r["skipped"].as_str() {
+        s += &format!("Skipped: {why}\n");
+    } else {
+        s += "| run | iters | val loss (200 batches) | wall ms/iter (with evaluation) | wall s |\n|---|---|---|---|---|\n";
+        s += &format!(
+            "| headlab {} | {} | {:.4} | {:.1} | {:.0} |\n",
+            r["backend"].as_str().unwrap_or("?"),
+            r["iters"],
+            num(&r["val_loss"]),
+            1e3 * num(&r["wall_s"]) / num(&r["iters"]),
+            num(&r["wall_s"])
+        );
+        let t = &torch["recipe"];
+        if !t.is_null() {
+            s += &format!(
+                "| PyTorch | {} | {:.4} | {:.1} | {:.0} |\n\nheadlab / PyTorch wall time: {}\n",
+                t["iters"],
+                num(&t["val_loss"]),
+                1e3 * num(&t["wall_s"]) / num(&t["iters"]),
+                num(&t["wall_s"]),
+                ratio(num(&r["wall_s"]), num(&t["wall_s"])),
+            );
+        }
+    }
+    s
+}

@@ -1,0 +1,105 @@
+//! `headlab-bench --quick`: the harness behind `cargo xtask bench` runs end to end and writes
+//! every section. Speeds are not checked (tests never time anything).
+
+use std::process::Command;
+
+#[test]
+fn quick_bench_writes_every_section_and_ratios_against_a_reference() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // A stand-in for bench/reference/bench.py's output: the ratios must use its medians.
+    let torch = serde_json::json!({
+        "torch": "stand-in", "threads": 1, "quick": true,
+        "matmul": [{"n": 256, "timing": {"median_ms": 1.0, "min_ms": 1.0, "max_ms": 1.0}, "gflops": 33.5}],
+        "attention": [{"pass": "forward", "b": 4, "h": 4, "d_k": 32, "t": 64,
+                        "timing": {"median_ms": 0.5, "min_ms": 0.5, "max_ms": 0.5}}],
+        "train_step": [{"timing": {"median_ms": 2.0, "min_ms": 2.0, "max_ms": 2.0},
+                         "tokens_per_s": 384000.0, "achieved_gflops": 1.0, "mfu": 0.03}],
+    });
+    std::fs::write(dir.join("torch.json"), torch.to_string()).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_headlab-bench"))
+        .args([
+            "--quick",
+            "--backends",
+            "flex",
+            "--data",
+            "/nonexistent/input.txt",
+        ])
+        .arg("--results")
+        .arg(dir.join("results"))
+        .arg("--criterion-dir")
+        .arg(dir.join("criterion"))
+        .arg("--torch-json")
+        .arg(dir.join("torch.json"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+
+    let files: Vec<_> = std::fs::read_dir(dir.join("results"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let json_path = files
+        .iter()
+        .find(|p| p.extension().is_some_and(|e| e == "json"))
+        .expect("a results .json");
+    assert!(json_path.to_string_lossy().ends_with("-quick.json"));
+    let md = std::fs::read_to_string(json_path.with_extension("md")).unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(json_path).unwrap()).unwrap();
+
+    let median = |row: &serde_json::Value| row["timing"]["median_ms"].as_f64().unwrap();
+    for section in ["matmul", "attention", "heads", "train_step", "generation"] {
+        let rows = report[section].as_array().unwrap();
+        assert!(!rows.is_empty(), "{section} is empty");
+        for row in rows {
+            assert_eq!(row["backend"], "flex", "{section}: {row}");
+            assert!(median(row) > 0.0, "{section}: {row}");
+        }
+    }
+    let attention = report["attention"].as_array().unwrap();
+    for pass in ["forward", "forward_backward"] {
+        assert!(attention.iter().any(|r| r["pass"] == pass && r["t"] == 64));
+    }
+    let heads = report["heads"].as_array().unwrap();
+    for mode in ["batched", "loop"] {
+        assert!(heads.iter().any(|r| r["mode"] == mode && r["h"] == 4));
+    }
+    let generation = report["generation"].as_array().unwrap();
+    for cache in [true, false] {
+        assert!(generation.iter().any(|r| r["kv_cache"] == cache));
+    }
+    let step = &report["train_step"][0];
+    let mfu = step["mfu"].as_f64().unwrap();
+    let expected =
+        step["achieved_gflops"].as_f64().unwrap() / report["matmul"][0]["gflops"].as_f64().unwrap();
+    assert!((mfu - expected).abs() < 1e-9, "{step}");
+    assert!(
+        report["recipe"]["skipped"]
+            .as_str()
+            .unwrap()
+            .contains("/nonexistent/input.txt")
+    );
+    assert_eq!(report["torch"], torch);
+
+    for heading in [
+        "## Matmul peak",
+        "## Attention op",
+        "## All heads in one batched matmul",
+        "## Training step",
+        "## Generation",
+        "## nanoGPT CPU recipe end to end",
+    ] {
+        assert!(md.contains(heading), "{heading} missing:\n{md}");
+    }
+    // headlab / PyTorch uses the reference's medians.
+    let step_ratio = format!("| 2.00 | {:.2} |", median(step) / 2.0);
+    assert!(md.contains(&step_ratio), "{step_ratio} missing:\n{md}");
+    let fwd64 = attention
+        .iter()
+        .find(|r| r["pass"] == "forward" && r["t"] == 64)
+        .unwrap();
+    let attn_ratio = format!("| 0.50 | {:.2} |", median(fwd64) / 0.5);
+    assert!(md.contains(&attn_ratio), "{attn_ratio} missing:\n{md}");
+}
