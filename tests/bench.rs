@@ -59,8 +59,16 @@ fn quick_bench_writes_every_section_and_ratios_against_a_reference() {
         }
     }
     let attention = report["attention"].as_array().unwrap();
-    for pass in ["forward", "forward_backward"] {
-        assert!(attention.iter().any(|r| r["pass"] == pass && r["t"] == 64));
+    for (pass, kernel) in [
+        ("forward", "naive"),
+        ("forward", "fused"),
+        ("forward_backward", "naive"),
+    ] {
+        assert!(
+            attention
+                .iter()
+                .any(|r| r["pass"] == pass && r["kernel"] == kernel && r["t"] == 64)
+        );
     }
     let heads = report["heads"].as_array().unwrap();
     for mode in ["batched", "loop"] {

@@ -29,4 +29,4 @@ pub use mha::{
     Qkv,
 };
 pub use rope::apply_rope;
-pub use sdpa::{attention_weights, scaled_dot_product_attention};
+pub use sdpa::{attention_weights, fused_attention, naive_attention, scaled_dot_product_attention};

@@ -15,7 +15,7 @@ use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Tensor};
 
 use crate::error::AttentionConfigError;
-use crate::sdpa::attention_weights;
+use crate::sdpa::{attention_weights, fused_attention};
 
 /// Score given to masked positions before the softmax. Finite, so a row whose keys are all
 /// masked gives uniform weights instead of NaN; large enough that `exp` underflows to exactly 0.
@@ -263,11 +263,19 @@ impl MultiHeadAttention {
         let [b, _, t_q, _] = q.dims();
         let k = self.repeat_kv(k);
         let v = self.repeat_kv(v);
-        // [b, h, t_q, t_k]
-        let weights = attention_weights(q, k, self.causal, options.padding_mask);
-
-        // [b, h, t_q, t_k] x [b, h, t_k, d_k] -> [b, h, t_q, d_k]
-        let mut context = self.attn_dropout.forward(weights.clone()).matmul(v);
+        // Without gradients (so without dropout), and with nobody asking for the weights, the
+        // backend's fused kernel does the same sum without a [t_q, t_k] buffer on long inputs.
+        let fused =
+            !q.device().is_autodiff() && !options.return_weights && options.padding_mask.is_none();
+        let (mut context, weights) = if fused {
+            (fused_attention(q, k, v, self.causal), None)
+        } else {
+            // [b, h, t_q, t_k]
+            let weights = attention_weights(q, k, self.causal, options.padding_mask);
+            // [b, h, t_q, t_k] x [b, h, t_k, d_k] -> [b, h, t_q, d_k]
+            let context = self.attn_dropout.forward(weights.clone()).matmul(v);
+            (context, Some(weights))
+        };
         let head_outputs = options.return_head_outputs.then(|| context.clone());
         if let Some(head_mask) = options.head_mask {
             // [h] -> [1, h, 1, 1]
@@ -283,7 +291,7 @@ impl MultiHeadAttention {
 
         AttentionOutput {
             output,
-            weights: options.return_weights.then_some(weights),
+            weights: weights.filter(|_| options.return_weights),
             head_outputs,
         }
     }

@@ -1,7 +1,16 @@
 //! Scaled dot-product attention on its own: `softmax(Q K^T / sqrt(d_k) + mask) V`, what
 //! every head computes and what PyTorch calls `scaled_dot_product_attention`.
+//!
+//! Two implementations: [`naive_attention`] materialises the `[t_q, t_k]` weights with
+//! Burn's tensor ops (differentiable, and the reference), and [`fused_attention`] calls the
+//! backend's own kernel through `burn::tensor::module::attention`, which on flex and the
+//! cubecl backends tiles over keys with an online softmax (no `[t_q, t_k]` buffer for long
+//! sequences). Burn's autodiff runs that kernel's naive fallback, so
+//! [`scaled_dot_product_attention`] uses the fused kernel only where there are no gradients.
 
 use burn::tensor::activation::softmax;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Tensor};
 
 use crate::mask::causal_mask;
@@ -41,13 +50,41 @@ pub fn attention_weights(
 ///
 /// # Shapes
 /// `q [b, h, t_q, d_k]`, `k, v [b, h, t_k, d_k]` -> `[b, h, t_q, d_k]`
+pub fn naive_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, causal: bool) -> Tensor<4> {
+    attention_weights(q, k, causal, None).matmul(v)
+}
+
+/// The backend's fused attention kernel, with the causal mask aligned as in
+/// [`attention_weights`] (queries are the last `t_q` of the `t_k` positions).
+///
+/// # Shapes
+/// `q [b, h, t_q, d_k]`, `k, v [b, h, t_k, d_k]` -> `[b, h, t_q, d_k]`
+pub fn fused_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, causal: bool) -> Tensor<4> {
+    let options = AttentionModuleOptions {
+        scale: None,
+        softcap: None,
+        is_causal: causal,
+    };
+    attention(q, k, v, None, None, options)
+}
+
+/// [`fused_attention`] on a device without autodiff, [`naive_attention`] under autodiff
+/// (where Burn would run the naive fallback anyway, and headlab's own ops are the ones tested
+/// for gradients).
+///
+/// # Shapes
+/// `q [b, h, t_q, d_k]`, `k, v [b, h, t_k, d_k]` -> `[b, h, t_q, d_k]`
 pub fn scaled_dot_product_attention(
     q: Tensor<4>,
     k: Tensor<4>,
     v: Tensor<4>,
     causal: bool,
 ) -> Tensor<4> {
-    attention_weights(q, k, causal, None).matmul(v)
+    if q.device().is_autodiff() {
+        naive_attention(q, k, v, causal)
+    } else {
+        fused_attention(q, k, v, causal)
+    }
 }
 
 #[cfg(test)]
@@ -84,13 +121,31 @@ mod tests {
         out
     }
 
+    type Attention = fn(Tensor<4>, Tensor<4>, Tensor<4>, bool) -> Tensor<4>;
+
+    /// Every implementation against f64, at sizes on both sides of flex's switch from its
+    /// naive to its tiled kernel (256K score elements, 64-key tiles), with lengths that are
+    /// not multiples of the tile, and with fewer queries than keys (a KV cache).
     #[test]
-    fn matches_f64_attention_on_every_backend_including_fewer_queries_than_keys() {
+    fn every_kernel_matches_f64_attention_on_every_backend() {
         let mut devices = cpu_devices();
         devices.extend(wgpu_device().map(|d| ("wgpu", d)));
+        let kernels: [(&str, Attention); 3] = [
+            ("naive", naive_attention),
+            ("fused", fused_attention),
+            ("auto", scaled_dot_product_attention),
+        ];
         for (name, device) in devices {
-            for (t_q, t_k) in [(7, 7), (3, 9)] {
-                let (b, h, d) = (2, 3, 5);
+            let sizes: &[(usize, usize)] = if name == "wgpu" {
+                &[(7, 7), (3, 9), (70, 70)]
+            } else {
+                &[(7, 7), (3, 9), (70, 70), (600, 600), (5, 1100)]
+            };
+            for (&(t_q, t_k), (kernel, attend)) in sizes
+                .iter()
+                .flat_map(|s| kernels.iter().map(move |k| (s, k)))
+            {
+                let (b, h, d) = if t_k > 500 { (1, 2, 8) } else { (2, 3, 5) };
                 let mut r = rng(11);
                 let q = random_tensor(&mut r, [b, h, t_q, d], &device);
                 let k = random_tensor(&mut r, [b, h, t_k, d], &device);
@@ -101,9 +156,9 @@ mod tests {
                     &values(v.clone()),
                     [b, h, t_q, t_k, d],
                 );
-                let got = values(scaled_dot_product_attention(q, k, v, true));
+                let got = values(attend(q, k, v, true));
                 let err = max_abs_diff(&got, &expected);
-                assert!(err < 1e-5, "{name} t_q {t_q} t_k {t_k}: {err}");
+                assert!(err < 1e-5, "{name} {kernel} t_q {t_q} t_k {t_k}: {err}");
             }
         }
     }

@@ -22,7 +22,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use headlab_model::attention::reference::per_head_loop;
-use headlab_model::attention::{MultiHeadAttentionConfig, scaled_dot_product_attention};
+use headlab_model::attention::{MultiHeadAttentionConfig, fused_attention, naive_attention};
 use headlab_model::{Decoder, Gpt, GptConfig, cross_entropy};
 use headlab_train::backend::Backend;
 use headlab_train::config::RunConfig;
@@ -207,6 +207,9 @@ fn matmul(bench: &mut Bench, backend: Backend, device: &Device, n: usize) -> Val
     })
 }
 
+/// The attention op alone. Forward runs both kernels (`naive` materialises the weights,
+/// `fused` is the backend's kernel, what inference uses); forward+backward runs the naive
+/// op under autodiff, which is what training uses.
 fn attention(
     bench: &mut Bench,
     backend: Backend,
@@ -214,20 +217,26 @@ fn attention(
     [b, h, d_k]: [usize; 3],
     t: usize,
     backward: bool,
+    kernel: &str,
 ) -> Value {
     let pass = if backward {
         "forward_backward"
     } else {
         "forward"
     };
-    let group = format!("attention_{backend}_{pass}_b{b}_h{h}_d{d_k}");
+    let attend = if kernel == "fused" {
+        fused_attention
+    } else {
+        naive_attention
+    };
+    let group = format!("attention_{backend}_{pass}_{kernel}_b{b}_h{h}_d{d_k}");
     let (ms, memory) = if backward {
         let ad = device.clone().autodiff();
         let q = random([b, h, t, d_k], &ad).require_grad();
         let k = random([b, h, t, d_k], &ad).require_grad();
         let v = random([b, h, t, d_k], &ad).require_grad();
         bench.run(&ad, &group, "t", t, || {
-            let out = scaled_dot_product_attention(q.clone(), k.clone(), v.clone(), true);
+            let out = attend(q.clone(), k.clone(), v.clone(), true);
             black_box(out.sum().backward());
         })
     } else {
@@ -235,12 +244,7 @@ fn attention(
         let k = random([b, h, t, d_k], device);
         let v = random([b, h, t, d_k], device);
         bench.run(device, &group, "t", t, || {
-            black_box(scaled_dot_product_attention(
-                q.clone(),
-                k.clone(),
-                v.clone(),
-                true,
-            ));
+            black_box(attend(q.clone(), k.clone(), v.clone(), true));
         })
     };
     let (median, _, _) = stats(ms.clone());
@@ -249,7 +253,8 @@ fn attention(
     let fwd_flops = 4.0 * (b * h * t * t * d_k) as f64;
     let flops = if backward { 3.0 * fwd_flops } else { fwd_flops };
     json!({
-        "backend": backend.to_string(), "pass": pass, "b": b, "h": h, "d_k": d_k, "t": t,
+        "backend": backend.to_string(), "pass": pass, "kernel": kernel,
+        "b": b, "h": h, "d_k": d_k, "t": t,
         "timing": timing(&ms),
         "tokens_per_s": (b * t) as f64 / (median * 1e-3),
         "gflops": flops / (median * 1e-3) / 1e9,
@@ -463,15 +468,33 @@ fn main() {
         let peak_gflops = peak["gflops"].as_f64().unwrap_or(f64::NAN);
         push(&mut out, "matmul", peak);
         for &t in &ts {
-            for backward in [false, true] {
-                let row = attention(&mut bench, backend, &device, [4, 4, 32], t, backward);
+            for (backward, kernel) in [(false, "naive"), (false, "fused"), (true, "naive")] {
+                let row = attention(
+                    &mut bench,
+                    backend,
+                    &device,
+                    [4, 4, 32],
+                    t,
+                    backward,
+                    kernel,
+                );
                 push(&mut out, "attention", row);
             }
         }
         // The long sequence: forward only, one sequence (the naive op holds a [T, T] matrix
-        // per head).
-        let row = attention(&mut bench, backend, &device, [1, 4, 32], long_t, false);
-        push(&mut out, "attention", row);
+        // per head; the fused kernel tiles over keys where the backend has one).
+        for kernel in ["naive", "fused"] {
+            let row = attention(
+                &mut bench,
+                backend,
+                &device,
+                [1, 4, 32],
+                long_t,
+                false,
+                kernel,
+            );
+            push(&mut out, "attention", row);
+        }
         for &h in &hs {
             for row in heads(&mut bench, backend, &device, h, head_t) {
                 push(&mut out, "heads", row);
@@ -667,16 +690,17 @@ fn markdown(out: &Value) -> String {
         );
     }
 
-    s += "\n## Attention op: softmax(Q K^T / sqrt(d_k) + causal mask) V\n\n| backend | pass | b x h x d_k | T | ms | tokens/s | GFLOP/s | peak MiB | PyTorch ms | headlab / PyTorch |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    s += "\n## Attention op: softmax(Q K^T / sqrt(d_k) + causal mask) V\n\n| backend | pass | kernel | b x h x d_k | T | ms | tokens/s | GFLOP/s | peak MiB | PyTorch ms | headlab / PyTorch |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
     for r in rows(out, "attention") {
         let reference = rows(torch, "attention").find(|t| {
             t["pass"] == r["pass"] && t["t"] == r["t"] && t["b"] == r["b"] && t["h"] == r["h"]
         });
         let t_ms = reference.map_or(f64::NAN, median_ms);
         s += &format!(
-            "| {} | {} | {}x{}x{} | {} | {} | {:.0} | {:.1} | {} | {} | {} |\n",
+            "| {} | {} | {} | {}x{}x{} | {} | {} | {:.0} | {:.1} | {} | {} | {} |\n",
             r["backend"].as_str().unwrap_or("?"),
             r["pass"].as_str().unwrap_or("?"),
+            r["kernel"].as_str().unwrap_or("?"),
             r["b"],
             r["h"],
             r["d_k"],
