@@ -11,6 +11,11 @@ use clap::Parser;
 use headlab_train::cli::{Cli, Command, run};
 use headlab_train::trainer::TrainError;
 
+/// glibc's malloc hands large tensor buffers back to the OS and faults them in again at the
+/// next step (a fifth of a training step on flex, bench/NOTES.md); mimalloc reuses them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     quiet_panics();
     let cli = Cli::parse();

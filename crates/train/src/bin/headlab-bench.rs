@@ -414,6 +414,11 @@ fn generation(backend: Backend, device: &Device, lengths: &[usize], reps: usize)
     rows
 }
 
+/// glibc's malloc hands large tensor buffers back to the OS and faults them in again at the
+/// next step (a fifth of a training step on flex, bench/NOTES.md); mimalloc reuses them.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() {
     let args = parse_args();
     let quick = args.quick;
