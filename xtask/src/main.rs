@@ -46,6 +46,10 @@ enum Task {
         /// Where the results go.
         #[arg(long, default_value = "bench/results")]
         results: PathBuf,
+        /// Only these sections (comma-separated: attention, heads, train_step, generation,
+        /// recipe); the matmul peak always runs.
+        #[arg(long)]
+        only: Option<String>,
     },
 }
 
@@ -73,6 +77,7 @@ struct BenchArgs {
     data: Option<PathBuf>,
     recipe_iters: Option<usize>,
     results: PathBuf,
+    only: Option<String>,
 }
 
 /// Builds everything, runs the PyTorch reference if asked, then `headlab-bench`.
@@ -108,6 +113,9 @@ fn bench(args: BenchArgs) -> Result<()> {
     if args.quick {
         cmd.arg("--quick");
     }
+    if let Some(only) = &args.only {
+        cmd.arg("--only").arg(only);
+    }
     if let Some(n) = args.threads {
         cmd.env("RAYON_NUM_THREADS", n.to_string());
     }
@@ -125,7 +133,11 @@ fn bench(args: BenchArgs) -> Result<()> {
         if let Some(n) = args.threads {
             py.arg("--threads").arg(n.to_string());
         }
-        if recipe_iters > 0 && data.is_file() {
+        let recipe_asked = args
+            .only
+            .as_deref()
+            .is_none_or(|o| o.split(',').any(|s| s == "recipe"));
+        if recipe_iters > 0 && recipe_asked && data.is_file() {
             py.arg("--recipe-data")
                 .arg(&data)
                 .arg("--recipe-iters")
@@ -192,6 +204,7 @@ fn main() -> Result<()> {
             data,
             recipe_iters,
             results,
+            only,
         } => bench(BenchArgs {
             quick,
             backends,
@@ -200,6 +213,7 @@ fn main() -> Result<()> {
             data,
             recipe_iters,
             results,
+            only,
         }),
     }
 }

@@ -12,7 +12,8 @@
 //! headlab / PyTorch ratios when `--torch-json` gives the reference's results.
 //!
 //! Arguments: `[--quick] [--backends flex,ndarray,wgpu] [--results DIR] [--data FILE]
-//! [--recipe-iters N] [--torch-json FILE] [--criterion-dir DIR]`.
+//! [--recipe-iters N] [--torch-json FILE] [--criterion-dir DIR]
+//! [--only attention,heads,train_step,generation,recipe]`.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -38,6 +39,8 @@ struct Args {
     data: PathBuf,
     recipe_iters: Option<usize>,
     torch_json: Option<PathBuf>,
+    /// Sections to run (all when empty); the matmul peak always runs (MFU needs it).
+    only: Vec<String>,
 }
 
 fn parse_args() -> Args {
@@ -49,6 +52,7 @@ fn parse_args() -> Args {
         data: PathBuf::from("../shared/datasets/tinyshakespeare/input.txt"),
         recipe_iters: None,
         torch_json: None,
+        only: Vec::new(),
     };
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
@@ -68,6 +72,10 @@ fn parse_args() -> Args {
                 args.recipe_iters = Some(n.parse().expect("--recipe-iters needs a number"));
             }
             "--torch-json" => args.torch_json = Some(it.next().expect("a file").into()),
+            "--only" => {
+                let list = it.next().expect("--only needs sections");
+                args.only = list.split(',').map(str::to_string).collect();
+            }
             "--criterion-dir" => {
                 args.criterion_dir = it.next().expect("--criterion-dir needs a dir").into()
             }
@@ -472,7 +480,8 @@ fn main() {
         let peak = matmul(&mut bench, backend, &device, matmul_n);
         let peak_gflops = peak["gflops"].as_f64().unwrap_or(f64::NAN);
         push(&mut out, "matmul", peak);
-        for &t in &ts {
+        let runs = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
+        for &t in ts.iter().filter(|_| runs("attention")) {
             for (backward, kernel) in [(false, "naive"), (false, "fused"), (true, "naive")] {
                 let row = attention(
                     &mut bench,
@@ -488,7 +497,7 @@ fn main() {
         }
         // The long sequence: forward only, one sequence (the naive op holds a [T, T] matrix
         // per head; the fused kernel tiles over keys where the backend has one).
-        for kernel in ["naive", "fused"] {
+        for kernel in ["naive", "fused"].into_iter().filter(|_| runs("attention")) {
             let row = attention(
                 &mut bench,
                 backend,
@@ -500,19 +509,28 @@ fn main() {
             );
             push(&mut out, "attention", row);
         }
-        for &h in &hs {
+        for &h in hs.iter().filter(|_| runs("heads")) {
             for row in heads(&mut bench, backend, &device, h, head_t) {
                 push(&mut out, "heads", row);
             }
         }
-        let row = train_step(&mut bench, backend, &device, peak_gflops);
-        push(&mut out, "train_step", row);
-        let reps = if quick { 2 } else { 3 };
-        for row in generation(backend, &device, &gen_lengths, reps) {
-            push(&mut out, "generation", row);
+        if runs("train_step") {
+            let row = train_step(&mut bench, backend, &device, peak_gflops);
+            push(&mut out, "train_step", row);
+        }
+        if runs("generation") {
+            let reps = if quick { 2 } else { 3 };
+            for row in generation(backend, &device, &gen_lengths, reps) {
+                push(&mut out, "generation", row);
+            }
         }
     }
-    let recipe_iters = args.recipe_iters.unwrap_or(if quick { 200 } else { 2000 });
+    let recipe_iters = match args.recipe_iters {
+        _ if !args.only.is_empty() && !args.only.iter().any(|s| s == "recipe") => 0,
+        Some(n) => n,
+        None if quick => 200,
+        None => 2000,
+    };
     out["recipe"] = recipe(&args.data, recipe_iters, args.backends[0]);
     out["torch"] = match &args.torch_json {
         Some(path) => {
@@ -526,7 +544,14 @@ fn main() {
     out["date"] = json!(date);
     out["host"] = json!(host);
     std::fs::create_dir_all(&args.results).expect("creating the results directory");
-    let stem = format!("{date}-{host}{}", if quick { "-quick" } else { "" });
+    let threads = out["threads"]
+        .as_str()
+        .map_or(String::new(), |n| format!("-t{n}"));
+    let partial = if args.only.is_empty() { "" } else { "-partial" };
+    let stem = format!(
+        "{date}-{host}{}{threads}{partial}",
+        if quick { "-quick" } else { "" }
+    );
     let json_path = args.results.join(format!("{stem}.json"));
     let md_path = args.results.join(format!("{stem}.md"));
     let text = serde_json::to_string_pretty(&out).expect("json");
