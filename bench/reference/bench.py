@@ -189,7 +189,13 @@ def main():
     p.add_argument("--out", default="torch.json")
     p.add_argument("--recipe-data", default=None)
     p.add_argument("--recipe-iters", type=int, default=2000)
+    p.add_argument("--only", default=None, help="comma-separated: attention, train_step")
     a = p.parse_args()
+    only = set(a.only.split(",")) if a.only else None
+
+    def runs(section):
+        return only is None or section in only
+
     if a.threads:
         torch.set_num_threads(a.threads)
     warm, meas = (0.1, 0.3) if a.quick else (1.0, 3.0)
@@ -197,9 +203,14 @@ def main():
     long_t = 256 if a.quick else 8192
     out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "quick": a.quick}
     out["matmul"] = [matmul(256 if a.quick else 1024, warm, meas)]
-    out["attention"] = [attention(4, 4, 32, t, bwd, warm, meas) for t in ts for bwd in (False, True)]
-    out["attention"].append(attention(1, 4, 32, long_t, False, warm, meas))
-    out["train_step"] = [train_step(out["matmul"][0]["gflops"], warm, meas)]
+    out["attention"], out["train_step"] = [], []
+    if runs("attention"):
+        out["attention"] = [
+            attention(4, 4, 32, t, bwd, warm, meas) for t in ts for bwd in (False, True)
+        ]
+        out["attention"].append(attention(1, 4, 32, long_t, False, warm, meas))
+    if runs("train_step"):
+        out["train_step"] = [train_step(out["matmul"][0]["gflops"], warm, meas)]
     if a.recipe_data:
         out["recipe"] = recipe(a.recipe_data, a.recipe_iters)
     with open(a.out, "w") as f:

@@ -133,6 +133,9 @@ fn bench(args: BenchArgs) -> Result<()> {
         if let Some(n) = args.threads {
             py.arg("--threads").arg(n.to_string());
         }
+        if let Some(only) = &args.only {
+            py.arg("--only").arg(only);
+        }
         let recipe_asked = args
             .only
             .as_deref()

@@ -17,6 +17,7 @@
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use burn::optim::GradientsParams;
@@ -26,9 +27,7 @@ use headlab_model::attention::reference::per_head_loop;
 use headlab_model::attention::{MultiHeadAttentionConfig, fused_attention, naive_attention};
 use headlab_model::{Decoder, Gpt, GptConfig, cross_entropy};
 use headlab_train::backend::Backend;
-use headlab_train::config::RunConfig;
 use headlab_train::optim::{AdamW, AdamWConfig, global_grad_norm};
-use headlab_train::trainer::{TrainOptions, train};
 use serde_json::{Value, json};
 
 struct Args {
@@ -562,10 +561,12 @@ fn main() {
     eprintln!("wrote {} and {}", json_path.display(), md_path.display());
 }
 
-/// The nanoGPT CPU recipe end to end (configs/shakespeare-char-cpu.toml) on `backend`.
+/// The nanoGPT CPU recipe end to end (configs/shakespeare-char-cpu.toml) on `backend`, run
+/// as `headlab train` in a process of its own, as a user would run it (in this process it
+/// would inherit the allocator and thread state the microbenchmarks left behind).
 fn recipe(data: &Path, iters: usize, backend: Backend) -> Value {
     if iters == 0 {
-        return json!({ "skipped": "--recipe-iters 0" });
+        return json!({ "skipped": "not asked for (--recipe-iters 0 or --only without recipe)" });
     }
     if !data.is_file() {
         let why = format!(
@@ -576,36 +577,57 @@ fn recipe(data: &Path, iters: usize, backend: Backend) -> Value {
         eprintln!("bench: recipe skipped: {why}");
         return json!({ "skipped": why });
     }
-    let mut config = RunConfig::from_toml_str(RECIPE, "configs/shakespeare-char-cpu.toml")
-        .expect("the shipped recipe parses");
-    config.data.path = Some(data.to_path_buf());
-    config.train.max_iters = iters;
-    config.train.backend = backend.to_string();
     let out = std::env::temp_dir().join(format!("headlab-bench-recipe-{}", std::process::id()));
+    std::fs::create_dir_all(&out).expect("creating the recipe's directory");
+    let config = out.join("recipe.toml");
+    std::fs::write(&config, RECIPE).expect("writing the recipe config");
+    let run = out.join("run");
+    let headlab = std::env::current_exe()
+        .expect("the bench's own path")
+        .with_file_name("headlab");
     let started = Instant::now();
-    let summary = train(TrainOptions {
-        config,
-        out: out.clone(),
-        force: true,
-        resume: false,
-        resume_sets: Vec::new(),
-        print_sample: false,
-    })
-    .expect("the recipe trains");
+    let status = Command::new(&headlab)
+        .arg("train")
+        .arg("--config")
+        .arg(&config)
+        .arg("--backend")
+        .arg(backend.to_string())
+        .arg("--set")
+        .arg(format!("data.path={}", data.display()))
+        .arg("--set")
+        .arg(format!("train.max_iters={iters}"))
+        .arg("--out")
+        .arg(&run)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", headlab.display()));
+    assert!(status.success(), "the recipe run failed ({status})");
     let wall = started.elapsed().as_secs_f64();
-    // Median tokens/s of the logged windows after the first (warm-up).
-    let metrics = std::fs::read_to_string(out.join("metrics.csv")).expect("metrics.csv");
-    let speeds: Vec<f64> = metrics
+    let metrics = std::fs::read_to_string(run.join("metrics.csv")).expect("metrics.csv");
+    let rows: Vec<Vec<&str>> = metrics
         .lines()
-        .filter(|l| l.split(',').nth(1) == Some("iter"))
-        .filter_map(|l| l.split(',').nth(4)?.parse().ok())
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    let last = |split: &str| {
+        rows.iter()
+            .rev()
+            .find(|r| r[1] == split)
+            .and_then(|r| r[2].parse::<f64>().ok())
+            .unwrap_or(f64::NAN)
+    };
+    // Median tokens/s of the logged windows after the first (warm-up).
+    let speeds: Vec<f64> = rows
+        .iter()
+        .filter(|r| r[1] == "iter")
+        .filter_map(|r| r[4].parse().ok())
         .skip(1)
         .collect();
     let (tok_s, _, _) = stats(speeds);
     std::fs::remove_dir_all(&out).ok();
     json!({
         "config": "configs/shakespeare-char-cpu.toml", "backend": backend.to_string(),
-        "iters": iters, "val_loss": summary.val_loss, "train_loss": summary.train_loss,
+        "iters": iters, "val_loss": last("val"), "train_loss": last("train"),
         "val_batches": 200, "tokens_per_s": tok_s, "ms_per_iter": 12.0 * 64.0 * 1e3 / tok_s,
         "wall_s": wall,
     })
