@@ -31,6 +31,8 @@ fn quick_bench_writes_every_section_and_ratios_against_a_reference() {
         .arg(dir.join("criterion"))
         .arg("--torch-json")
         .arg(dir.join("torch.json"))
+        // The thread count would change the file name.
+        .env_remove("RAYON_NUM_THREADS")
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -79,6 +81,12 @@ fn quick_bench_writes_every_section_and_ratios_against_a_reference() {
         assert!(generation.iter().any(|r| r["kv_cache"] == cache));
     }
     let step = &report["train_step"][0];
+    // nanoGPT's estimate for the recipe model, by hand: N = 4 layers x 12 d^2 + the 65 x 128
+    // token table + LayerNorm gains (4 x 2 x 128 + 128), without the position table;
+    // FLOPs/token = 6 N + 12 L d T.
+    let n = 4 * 12 * 128 * 128 + 65 * 128 + 4 * 2 * 128 + 128;
+    let flops = 6 * n + 12 * 4 * 128 * 64;
+    assert_eq!(step["flops_per_token"].as_f64().unwrap(), flops as f64);
     let mfu = step["mfu"].as_f64().unwrap();
     let expected =
         step["achieved_gflops"].as_f64().unwrap() / report["matmul"][0]["gflops"].as_f64().unwrap();
