@@ -43,7 +43,8 @@ pub enum Command {
     Lab(crate::lab::LabArgs),
     /// The same model, seed and batches on several backends: step-0 logit difference,
     /// per-step losses against an f32-rounding tolerance, time per phase and peak memory.
-    /// Writes compare.md, compare.json and compare.png. Exits with 2 if backends disagree.
+    /// Writes compare.md, compare.json, compare.png and compare-gap.png. Exits with 2 if
+    /// backends disagree.
     Compare(crate::compare::CompareArgs),
 }
 

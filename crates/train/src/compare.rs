@@ -375,7 +375,8 @@ fn run_backend(
 }
 
 /// Compares `backends` (the first that runs is the reference) and writes `compare.json`,
-/// `compare.md` and `compare.png` into `out`.
+/// `compare.md`, `compare.png` (losses) and `compare-gap.png` (their gaps against the
+/// tolerance) into `out`.
 pub fn compare(
     config: RunConfig,
     backends: &[Backend],
@@ -576,6 +577,56 @@ fn write(report: &CompareReport, out: &Path) -> Result<()> {
         "loss",
         &series,
     )
+    .map_err(anyhow::Error::msg)?;
+
+    // The curves coincide to the eye; their gaps, on a log scale, against the tolerance.
+    let reference = report
+        .backends
+        .iter()
+        .find(|b| b.backend == report.reference);
+    let mut gaps: Vec<Series> = report
+        .backends
+        .iter()
+        .filter(|b| b.available && b.backend != report.reference)
+        .filter_map(|b| {
+            let r = reference?;
+            let points = r
+                .losses
+                .iter()
+                .zip(&b.losses)
+                .enumerate()
+                // An exact match has no logarithm; show it at the f32 roundoff of the loss.
+                .map(|(s, (a, c))| {
+                    (
+                        s as f64,
+                        ((a - c).abs().max(a.abs() * UNIT_ROUNDOFF)).log10(),
+                    )
+                })
+                .collect();
+            Some(Series {
+                label: format!("{} - {}", b.backend, report.reference),
+                points,
+                faint: false,
+            })
+        })
+        .collect();
+    gaps.push(Series {
+        label: "tolerance".into(),
+        points: (0..report.steps)
+            .map(|s| {
+                let tol = report.tolerance.loss(report.max_abs_logit, s);
+                (s as f64, tol.log10())
+            })
+            .collect(),
+        faint: true,
+    });
+    line_chart(
+        &out.join("compare-gap.png"),
+        "|loss difference| to the reference backend",
+        "step",
+        "log10 |loss - reference loss|",
+        &gaps,
+    )
     .map_err(anyhow::Error::msg)
 }
 
@@ -608,7 +659,7 @@ pub fn cmd_compare(args: CompareArgs, mut config: RunConfig, name: &str) -> Resu
     let report = compare(config, &backends, args.steps, &out)?;
     print!("{}", report.markdown());
     eprintln!(
-        "wrote {0}/compare.md, compare.json and compare.png",
+        "wrote {0}/compare.md, compare.json, compare.png and compare-gap.png",
         out.display()
     );
     let bad = report.disagreeing();
@@ -717,6 +768,7 @@ mod tests {
             "{md}"
         );
         assert!(out.path().join("compare.png").is_file());
+        assert!(out.path().join("compare-gap.png").is_file());
     }
 
     #[test]
