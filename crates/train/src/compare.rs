@@ -48,6 +48,7 @@ use crate::config::RunConfig;
 use crate::data::{Dataset, Split};
 use crate::optim::{AdamW, AdamWConfig, global_grad_norm};
 use crate::plot::{Series, line_chart};
+use crate::rss;
 use crate::schedule::lr_at;
 use crate::trainer::{STREAM_BATCH, batch_tensors, mix_seed, model_config};
 
@@ -243,27 +244,6 @@ impl CompareReport {
             ));
         }
         s
-    }
-}
-
-/// Linux peak-RSS tracking: reset the high-water mark, read it back.
-mod rss {
-    fn status_kib(field: &str) -> Option<f64> {
-        let status = std::fs::read_to_string("/proc/self/status").ok()?;
-        let line = status.lines().find(|l| l.starts_with(field))?;
-        line.split_whitespace().nth(1)?.parse().ok()
-    }
-
-    /// Resets `VmHWM` to the current RSS; returns the current RSS in MiB.
-    pub fn reset_peak() -> Option<f64> {
-        // "5" to clear_refs resets the peak RSS (Linux >= 4.0).
-        std::fs::write("/proc/self/clear_refs", "5").ok()?;
-        status_kib("VmRSS:").map(|k| k / 1024.0)
-    }
-
-    /// Peak RSS since the last reset, in MiB.
-    pub fn peak() -> Option<f64> {
-        status_kib("VmHWM:").map(|k| k / 1024.0)
     }
 }
 

@@ -4,7 +4,7 @@
 //! - [`corpus`], [`tokenizer`], [`data`]: built-in corpora, char and byte tokenizers, splits
 //!   and batches.
 //! - [`trainer`]: the training loop; [`optim`] and [`schedule`]: AdamW and the learning rate.
-//! - [`run`]: run directories and checkpoints; [`plot`]: PNG charts.
+//! - [`run`]: run directories and checkpoints; [`plot`]: PNG charts; [`rss`]: peak memory.
 //! - [`scores`]: what each attention head does, as numbers; [`heads`]: probes, ablation and
 //!   the head table; [`heads_view`]: attention maps and the HTML explorer; [`lab`]: experiments.
 //! - [`compare`]: one model on several backends, agreement and speed.
@@ -21,6 +21,7 @@ pub mod heads_view;
 pub mod lab;
 pub mod optim;
 pub mod plot;
+pub mod rss;
 pub mod run;
 pub mod schedule;
 pub mod scores;

@@ -30,6 +30,7 @@ use headlab_model::attention::{
 use headlab_model::{Decoder, Gpt, GptConfig, cross_entropy};
 use headlab_train::backend::Backend;
 use headlab_train::optim::{AdamW, AdamWConfig, global_grad_norm};
+use headlab_train::rss;
 use serde_json::{Value, json};
 
 struct Args {
@@ -87,22 +88,6 @@ fn parse_args() -> Args {
     args
 }
 
-/// Peak RSS tracking (Linux): reset the high-water mark, read it back.
-fn rss_reset() -> Option<f64> {
-    std::fs::write("/proc/self/clear_refs", "5").ok()?;
-    status_mib("VmRSS:")
-}
-
-fn status_mib(field: &str) -> Option<f64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace()
-        .nth(1)?
-        .parse::<f64>()
-        .ok()
-        .map(|k| k / 1024.0)
-}
-
 /// Memory a benchmark used at its peak above what was held before it: the backend's
 /// allocator where it reports one (wgpu), else the process RSS.
 struct MemoryProbe {
@@ -113,7 +98,7 @@ impl MemoryProbe {
     fn start(device: &Device) -> Self {
         device.memory_cleanup();
         Self {
-            rss_before: rss_reset(),
+            rss_before: rss::reset_peak(),
         }
     }
 
@@ -121,7 +106,7 @@ impl MemoryProbe {
         if let Some(usage) = device.memory_pool_usage() {
             return Some(usage.bytes_reserved as f64 / (1024.0 * 1024.0));
         }
-        Some((status_mib("VmHWM:")? - self.rss_before?).max(0.0))
+        Some((rss::peak()? - self.rss_before?).max(0.0))
     }
 }
 
