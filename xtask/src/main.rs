@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
 
 #[derive(Debug, Parser)]
 #[command(name = "xtask", about = "headlab's project tasks")]
@@ -20,37 +20,8 @@ enum Task {
     /// Benchmarks: matmul peak, attention op over T, batched heads vs a per-head loop, the
     /// training step at nanoGPT's CPU recipe with MFU, generation with and without the KV
     /// cache, and the recipe end to end on tiny-shakespeare. Writes
-    /// bench/results/<date>-<host>[-quick].json and .md.
-    Bench {
-        /// Small sizes and short runs (a check of the harness, not a measurement).
-        #[arg(long)]
-        quick: bool,
-        /// Backends, comma-separated.
-        #[arg(long, default_value = "flex,ndarray")]
-        backends: String,
-        /// Threads for headlab (RAYON_NUM_THREADS) and PyTorch (default: all cores).
-        #[arg(long)]
-        threads: Option<usize>,
-        /// Also run the PyTorch reference in bench/reference/ (creates a venv with torch in
-        /// ~/.cache/headlab/torch-venv on first use, about 5 GB from PyPI).
-        #[arg(long)]
-        with_torch: bool,
-        /// The tiny-shakespeare text for the recipe (default:
-        /// ../shared/datasets/tinyshakespeare/input.txt; the recipe is skipped, with a note,
-        /// when it is absent).
-        #[arg(long)]
-        data: Option<PathBuf>,
-        /// Recipe iterations (default 2000, 200 with --quick; 0 skips it).
-        #[arg(long)]
-        recipe_iters: Option<usize>,
-        /// Where the results go.
-        #[arg(long, default_value = "bench/results")]
-        results: PathBuf,
-        /// Only these sections (comma-separated: attention, heads, train_step, generation,
-        /// recipe); the matmul peak always runs.
-        #[arg(long)]
-        only: Option<String>,
-    },
+    /// bench/results/<date>-<host>[-quick][-tN][-partial].json and .md.
+    Bench(BenchArgs),
 }
 
 fn cargo() -> Command {
@@ -69,14 +40,36 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// `cargo xtask bench`.
+#[derive(Debug, Args)]
 struct BenchArgs {
+    /// Small sizes and short runs (a check of the harness, not a measurement).
+    #[arg(long)]
     quick: bool,
+    /// Backends, comma-separated.
+    #[arg(long, default_value = "flex,ndarray")]
     backends: String,
+    /// Threads for headlab (RAYON_NUM_THREADS) and PyTorch (default: all cores).
+    #[arg(long)]
     threads: Option<usize>,
+    /// Also run the PyTorch reference in bench/reference/ (creates a venv with torch in
+    /// ~/.cache/headlab/torch-venv on first use, about 5 GB from PyPI).
+    #[arg(long)]
     with_torch: bool,
+    /// The tiny-shakespeare text for the recipe (default:
+    /// ../shared/datasets/tinyshakespeare/input.txt; the recipe is skipped, with a note,
+    /// when it is absent).
+    #[arg(long)]
     data: Option<PathBuf>,
+    /// Recipe iterations (default 2000, 200 with --quick; 0 skips it).
+    #[arg(long)]
     recipe_iters: Option<usize>,
+    /// Where the results go.
+    #[arg(long, default_value = "bench/results")]
     results: PathBuf,
+    /// Only these sections (comma-separated: attention, heads, train_step, generation,
+    /// recipe); the matmul peak always runs.
+    #[arg(long)]
     only: Option<String>,
 }
 
@@ -199,24 +192,6 @@ fn main() -> Result<()> {
             ]))?;
             run(cargo().args(["test", "--release", "--workspace"]))
         }
-        Task::Bench {
-            quick,
-            backends,
-            threads,
-            with_torch,
-            data,
-            recipe_iters,
-            results,
-            only,
-        } => bench(BenchArgs {
-            quick,
-            backends,
-            threads,
-            with_torch,
-            data,
-            recipe_iters,
-            results,
-            only,
-        }),
+        Task::Bench(args) => bench(args),
     }
 }
