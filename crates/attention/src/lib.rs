@@ -29,4 +29,7 @@ pub use mha::{
     Qkv,
 };
 pub use rope::apply_rope;
-pub use sdpa::{attention_weights, fused_attention, naive_attention, scaled_dot_product_attention};
+pub use sdpa::{
+    attention_weights, flash_attention, fused_attention, naive_attention,
+    scaled_dot_product_attention,
+};

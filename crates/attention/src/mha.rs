@@ -15,7 +15,7 @@ use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Tensor};
 
 use crate::error::AttentionConfigError;
-use crate::sdpa::{attention_weights, fused_attention};
+use crate::sdpa::{attention_weights, scaled_dot_product_attention};
 
 /// Score given to masked positions before the softmax. Finite, so a row whose keys are all
 /// masked gives uniform weights instead of NaN; large enough that `exp` underflows to exactly 0.
@@ -263,12 +263,13 @@ impl MultiHeadAttention {
         let [b, _, t_q, _] = q.dims();
         let k = self.repeat_kv(k);
         let v = self.repeat_kv(v);
-        // Without gradients (so without dropout), and with nobody asking for the weights, the
-        // backend's fused kernel does the same sum without a [t_q, t_k] buffer on long inputs.
-        let fused =
-            !q.device().is_autodiff() && !options.return_weights && options.padding_mask.is_none();
-        let (mut context, weights) = if fused {
-            (fused_attention(q, k, v, self.causal), None)
+        // With nobody asking for the weights and no dropout on them, one kernel computes the
+        // same sum without keeping a [t_q, t_k] buffer: headlab's flash kernel (with its own
+        // backward) on the CPU backends, the backend's fused kernel elsewhere.
+        let dropout = q.device().is_autodiff() && self.attn_dropout.prob > 0.0;
+        let direct = !dropout && !options.return_weights && options.padding_mask.is_none();
+        let (mut context, weights) = if direct {
+            (scaled_dot_product_attention(q, k, v, self.causal), None)
         } else {
             // [b, h, t_q, t_k]
             let weights = attention_weights(q, k, self.causal, options.padding_mask);

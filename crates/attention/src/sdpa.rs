@@ -1,12 +1,17 @@
 //! Scaled dot-product attention on its own: `softmax(Q K^T / sqrt(d_k) + mask) V`, what
 //! every head computes and what PyTorch calls `scaled_dot_product_attention`.
 //!
-//! Two implementations: [`naive_attention`] materialises the `[t_q, t_k]` weights with
-//! Burn's tensor ops (differentiable, and the reference), and [`fused_attention`] calls the
-//! backend's own kernel through `burn::tensor::module::attention`, which on flex and the
-//! cubecl backends tiles over keys with an online softmax (no `[t_q, t_k]` buffer for long
-//! sequences). Burn's autodiff runs that kernel's naive fallback, so
-//! [`scaled_dot_product_attention`] uses the fused kernel only where there are no gradients.
+//! Three implementations:
+//! - [`naive_attention`] materialises the `[t_q, t_k]` weights with Burn's tensor ops. It is
+//!   the reference, runs everywhere and is the only one that can return the weights.
+//! - [`fused_attention`] calls the backend's own kernel through
+//!   `burn::tensor::module::attention`: tiled over keys on flex and the cubecl backends, but
+//!   Burn's autodiff replaces it with the naive chain of ops, and ndarray has only that chain.
+//! - [`flash_attention`] is headlab's kernel (`headlab-kernels`): blocked over queries, one op
+//!   with a hand-written backward, on the CPU backends. Elsewhere it is the naive op.
+//!
+//! [`scaled_dot_product_attention`] picks: flash where it runs, else the backend's fused
+//! kernel without gradients, else the naive op.
 
 use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
@@ -68,9 +73,22 @@ pub fn fused_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, causal: bool) -
     attention(q, k, v, None, None, options)
 }
 
-/// [`fused_attention`] on a device without autodiff, [`naive_attention`] under autodiff
-/// (where Burn would run the naive fallback anyway, and headlab's own ops are the ones tested
-/// for gradients).
+/// headlab's flash kernel where it runs (f32 on flex or ndarray), differentiable through its
+/// own backward; [`naive_attention`] elsewhere (wgpu, other dtypes).
+///
+/// # Shapes
+/// `q [b, h, t_q, d_k]`, `k, v [b, h, t_k, d_k]` -> `[b, h, t_q, d_k]`
+pub fn flash_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, causal: bool) -> Tensor<4> {
+    if headlab_kernels::supports(&q, &k, &v, causal) {
+        headlab_kernels::flash_attention(q, k, v, causal)
+    } else {
+        naive_attention(q, k, v, causal)
+    }
+}
+
+/// The fastest kernel for the inputs: [`flash_attention`]'s kernel where it runs (measured
+/// faster than flex's fused kernel at every length, and the only one with a backward of its
+/// own), else the backend's [`fused_attention`] without gradients, else [`naive_attention`].
 ///
 /// # Shapes
 /// `q [b, h, t_q, d_k]`, `k, v [b, h, t_k, d_k]` -> `[b, h, t_q, d_k]`
@@ -80,7 +98,9 @@ pub fn scaled_dot_product_attention(
     v: Tensor<4>,
     causal: bool,
 ) -> Tensor<4> {
-    if q.device().is_autodiff() {
+    if headlab_kernels::supports(&q, &k, &v, causal) {
+        headlab_kernels::flash_attention(q, k, v, causal)
+    } else if q.device().is_autodiff() {
         naive_attention(q, k, v, causal)
     } else {
         fused_attention(q, k, v, causal)
@@ -130,9 +150,10 @@ mod tests {
     fn every_kernel_matches_f64_attention_on_every_backend() {
         let mut devices = cpu_devices();
         devices.extend(wgpu_device().map(|d| ("wgpu", d)));
-        let kernels: [(&str, Attention); 3] = [
+        let kernels: [(&str, Attention); 4] = [
             ("naive", naive_attention),
             ("fused", fused_attention),
+            ("flash", flash_attention),
             ("auto", scaled_dot_product_attention),
         ];
         for (name, device) in devices {
@@ -159,6 +180,61 @@ mod tests {
                 let got = values(attend(q, k, v, true));
                 let err = max_abs_diff(&got, &expected);
                 assert!(err < 1e-5, "{name} {kernel} t_q {t_q} t_k {t_k}: {err}");
+            }
+        }
+    }
+
+    /// Flash's hand-written backward against Burn's autodiff through the naive ops (whose
+    /// gradients `tests.rs` checks against finite differences of f64 attention): values and
+    /// the gradients of q, k and v, across query blocks (64 rows), with t not a multiple of the
+    /// block, fewer queries than keys, non-causal, and inputs that are strided views.
+    #[test]
+    fn flash_gradients_match_autodiff_through_the_naive_ops() {
+        for (name, device) in cpu_devices() {
+            let device = device.autodiff();
+            for (t_q, t_k, causal) in [
+                (1, 1, true),
+                (9, 9, true),
+                (130, 130, true),
+                (5, 70, true),
+                (20, 33, false),
+            ] {
+                let (b, h, d) = (2, 3, 8);
+                let mut r = rng(5);
+                let q0 = random_tensor(&mut r, [b, t_q, h, d], &device);
+                let k0 = random_tensor(&mut r, [b, t_k, h, d], &device);
+                let v0 = random_tensor(&mut r, [b, t_k, h, d], &device);
+                let g = random_tensor(&mut r, [b, h, t_q, d], &device);
+                let run = |attend: Attention| {
+                    let (q, k, v) = (
+                        q0.clone().require_grad(),
+                        k0.clone().require_grad(),
+                        v0.clone().require_grad(),
+                    );
+                    // [b, t, h, d] -> [b, h, t, d]: strided views, as the model passes them
+                    let out = attend(
+                        q.clone().swap_dims(1, 2),
+                        k.clone().swap_dims(1, 2),
+                        v.clone().swap_dims(1, 2),
+                        causal,
+                    );
+                    let grads = out.clone().mul(g.clone()).sum().backward();
+                    [
+                        out.inner(),
+                        q.grad(&grads).unwrap().reshape([b, h, t_q, d]),
+                        k.grad(&grads).unwrap().reshape([b, h, t_k, d]),
+                        v.grad(&grads).unwrap().reshape([b, h, t_k, d]),
+                    ]
+                    .map(values)
+                };
+                let (want, got) = (run(naive_attention), run(flash_attention));
+                for (what, (w, g)) in ["out", "dq", "dk", "dv"].iter().zip(want.iter().zip(&got)) {
+                    let err = max_abs_diff(g, w);
+                    assert!(
+                        err < 1e-5,
+                        "{name} t_q {t_q} t_k {t_k} causal {causal}: {what} differs by {err}"
+                    );
+                }
             }
         }
     }

@@ -450,7 +450,14 @@ fn forward_with_captures_weights_and_ablates_heads() {
             ..ForwardOptions::default()
         },
     );
-    assert_eq!(values(out.logits), plain);
+    // Asking for the weights takes the naive kernel instead of the flash one: equal up to
+    // f32 rounding, not bit for bit.
+    let diff = values(out.logits)
+        .iter()
+        .zip(&plain)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(diff < 1e-5, "an all-ones head mask changed the logits by {diff}");
     assert_eq!(out.weights.len(), 2);
     assert_eq!(out.weights[1].dims(), [1, 4, 5, 5]);
     assert_eq!(out.head_outputs[1].dims(), [1, 4, 5, 4]);

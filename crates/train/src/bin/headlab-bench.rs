@@ -25,7 +25,7 @@ use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use headlab_model::attention::reference::per_head_loop;
 use headlab_model::attention::{
-    AttentionOptions, MultiHeadAttentionConfig, fused_attention, naive_attention,
+    AttentionOptions, MultiHeadAttentionConfig, flash_attention, fused_attention, naive_attention,
 };
 use headlab_model::{Decoder, Gpt, GptConfig, cross_entropy};
 use headlab_train::backend::Backend;
@@ -201,9 +201,9 @@ fn matmul(bench: &mut Bench, backend: Backend, device: &Device, n: usize) -> Val
     })
 }
 
-/// The attention op alone. Forward runs both kernels (`naive` materialises the weights,
-/// `fused` is the backend's kernel, what inference uses); forward+backward runs the naive
-/// op under autodiff, which is what training uses.
+/// The attention op alone: `naive` materialises the weights (Burn's ops, the reference),
+/// `fused` is the backend's kernel (Burn runs its naive chain under autodiff, so forward only),
+/// `flash` is headlab's kernel with its own backward (CPU backends; what training uses there).
 fn attention(
     bench: &mut Bench,
     backend: Backend,
@@ -218,10 +218,10 @@ fn attention(
     } else {
         "forward"
     };
-    let attend = if kernel == "fused" {
-        fused_attention
-    } else {
-        naive_attention
+    let attend = match kernel {
+        "fused" => fused_attention,
+        "flash" => flash_attention,
+        _ => naive_attention,
     };
     let group = format!("attention_{backend}_{pass}_{kernel}_b{b}_h{h}_d{d_k}");
     let (ms, memory) = if backward {
@@ -478,8 +478,17 @@ fn main() {
         let peak_gflops = peak["gflops"].as_f64().unwrap_or(f64::NAN);
         push(&mut out, "matmul", peak);
         let runs = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
+        let cpu = backend != Backend::Wgpu;
         for &t in ts.iter().filter(|_| runs("attention")) {
-            for (backward, kernel) in [(false, "naive"), (false, "fused"), (true, "naive")] {
+            let kernels = [
+                (false, "naive"),
+                (false, "fused"),
+                (false, "flash"),
+                (true, "naive"),
+                (true, "flash"),
+            ];
+            // On wgpu `flash` is the naive op (the kernel is CPU-only): not measured twice.
+            for (backward, kernel) in kernels.into_iter().filter(|(_, k)| cpu || *k != "flash") {
                 let row = attention(
                     &mut bench,
                     backend,
@@ -494,7 +503,8 @@ fn main() {
         }
         // The long sequence: forward only, one sequence (the naive op holds a [T, T] matrix
         // per head; the fused kernel tiles over keys where the backend has one).
-        for kernel in ["naive", "fused"].into_iter().filter(|_| runs("attention")) {
+        let long_kernels = ["naive", "fused", "flash"].into_iter();
+        for kernel in long_kernels.filter(|k| runs("attention") && (cpu || *k != "flash")) {
             let row = attention(
                 &mut bench,
                 backend,
@@ -747,7 +757,7 @@ fn markdown(out: &Value) -> String {
         );
     }
 
-    s += "\n## Attention op: softmax(Q K^T / sqrt(d_k) + causal mask) V\n\nPyTorch's `scaled_dot_product_attention` is fused in both directions; headlab's forward+backward is the naive op under autodiff.\n\n| backend | pass | kernel | b x h x d_k | T | ms | tokens/s | GFLOP/s | peak MiB | PyTorch SDPA ms | headlab / SDPA |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+    s += "\n## Attention op: softmax(Q K^T / sqrt(d_k) + causal mask) V\n\nPyTorch's `scaled_dot_product_attention` is fused in both directions. headlab: `naive` is Burn's ops (the reference), `fused` the backend's kernel (forward only: Burn's autodiff replaces it with the naive ops), `flash` headlab's CPU kernel with its own backward, what training uses on flex and ndarray.\n\n| backend | pass | kernel | b x h x d_k | T | ms | tokens/s | GFLOP/s | peak MiB | PyTorch SDPA ms | headlab / SDPA |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
     for r in rows(out, "attention") {
         let reference = rows(torch, "attention").find(|t| {
             t["pass"] == r["pass"] && t["t"] == r["t"] && t["b"] == r["b"] && t["h"] == r["h"]
