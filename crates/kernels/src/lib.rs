@@ -1,4 +1,5 @@
-//! Flash attention for Burn's CPU backends, with its own backward.
+//! headlab's CPU kernels for Burn: attention, GELU and LayerNorm, each one op with its own
+//! backward.
 //!
 //! Burn 0.22 runs `burn::tensor::module::attention` as a chain of primitive ops whenever
 //! gradients flow, on every backend, so training pays for a `[t_q, t_k]` score matrix per head
@@ -8,29 +9,42 @@
 //! extension, so it runs on `flex` and `ndarray`, with or without autodiff; on other backends
 //! (wgpu) [`supports`] says no and callers keep their own path.
 //!
-//! This is the one crate of headlab that names backends; `headlab-attention` calls it through
-//! [`flash_attention`] and stays backend-generic.
+//! [`gelu`] and [`layer_norm`] do the same for the two other chains of small ops that the
+//! training profile showed (GELU's scalar `erff` alone was 9% of a step): one vectorised pass
+//! each way instead of a node per primitive op, falling back to Burn's ops where the kernels
+//! do not run.
+//!
+//! This is the one crate of headlab that names backends; `headlab-attention` and
+//! `headlab-model` call it through these functions and stay backend-generic.
 
 pub mod cpu;
 mod ext;
 mod gemm;
+pub mod pointwise;
 mod simd;
 
-use burn::backend::DispatchDevice;
+use burn::backend::{Dispatch, DispatchDevice};
 use burn::tensor::{DType, Tensor};
 
-pub use ext::FlashAttentionBackend;
+pub use ext::KernelBackend;
+
+/// Whether the kernels run on this tensor: f32 on `flex` or `ndarray`.
+pub fn runs_on<const D: usize>(x: &Tensor<D>) -> bool {
+    let cpu = matches!(
+        x.device().inner().as_dispatch(),
+        DispatchDevice::Flex(_) | DispatchDevice::NdArray(_)
+    );
+    cpu && x.dtype() == DType::F32
+}
 
 /// Whether [`flash_attention`] runs on these inputs: f32 on `flex` or `ndarray`, `k` and `v`
 /// of one shape matching `q`'s batch, heads and `d_k`, and no more queries than keys when
 /// `causal`.
 pub fn supports(q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>, causal: bool) -> bool {
     let ([b, h, t_q, d_k], [kb, kh, t_k, kd]) = (q.dims(), k.dims());
-    let cpu = matches!(
-        q.device().inner().as_dispatch(),
-        DispatchDevice::Flex(_) | DispatchDevice::NdArray(_)
-    );
-    cpu && q.dtype() == DType::F32
+    runs_on(q)
+        && runs_on(k)
+        && runs_on(v)
         && k.dims() == v.dims()
         && [kb, kh, kd] == [b, h, d_k]
         && (!causal || t_q <= t_k)
@@ -50,11 +64,46 @@ pub fn flash_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, causal: bool) -
         supports(&q, &k, &v, causal),
         "flash_attention: inputs it does not support; check `supports` first"
     );
-    let out = <burn::backend::Dispatch as FlashAttentionBackend>::flash_attention(
+    let out = <Dispatch as KernelBackend>::flash_attention(
         q.into_dispatch(),
         k.into_dispatch(),
         v.into_dispatch(),
         causal,
     );
     Tensor::from_dispatch(out)
+}
+
+/// Exact (erf) GELU, `x * Phi(x)`: headlab's kernel (one node, its own backward) where it
+/// runs, Burn's `gelu` elsewhere.
+pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    if runs_on(&x) {
+        Tensor::from_dispatch(<Dispatch as KernelBackend>::gelu(x.into_dispatch()))
+    } else {
+        burn::tensor::activation::gelu(x)
+    }
+}
+
+/// LayerNorm over the last dimension, `(x - mean) / sqrt(var + epsilon) * gamma + beta` with
+/// the biased variance, as `burn::nn::LayerNorm`: headlab's kernel where it runs, Burn's
+/// `layer_norm` elsewhere.
+///
+/// # Shapes
+/// `x [..., d]`, `gamma, beta [d]` -> `[..., d]`
+pub fn layer_norm<const D: usize>(
+    x: Tensor<D>,
+    gamma: Tensor<1>,
+    beta: Option<Tensor<1>>,
+    epsilon: f64,
+) -> Tensor<D> {
+    if !(runs_on(&x) && runs_on(&gamma) && beta.as_ref().is_none_or(runs_on)) {
+        return burn::tensor::module::layer_norm(x, gamma, beta, epsilon);
+    }
+    // Without a shift, zeros: a constant, so no gradient is registered for it.
+    let beta = beta.unwrap_or_else(|| gamma.zeros_like());
+    Tensor::from_dispatch(<Dispatch as KernelBackend>::layer_norm(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        beta.into_dispatch(),
+        epsilon,
+    ))
 }

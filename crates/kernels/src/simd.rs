@@ -48,6 +48,8 @@ macro_rules! dispatch {
     };
 }
 
+pub(crate) use dispatch;
+
 dispatch! {
     /// Softmax of each row's seen scores in place (zeros after them); its log-sum-exp into
     /// `lse[r]`.
@@ -126,7 +128,7 @@ fn max(xs: &[f32]) -> f32 {
 /// Sum in eight lanes (float addition does not reassociate, so one accumulator would not
 /// vectorise).
 #[inline(always)]
-fn sum(xs: &[f32]) -> f32 {
+pub(crate) fn sum(xs: &[f32]) -> f32 {
     let mut lanes = [0.0f32; 8];
     let chunks = xs.chunks_exact(8);
     let tail: f32 = chunks.remainder().iter().sum();
@@ -139,7 +141,7 @@ fn sum(xs: &[f32]) -> f32 {
 }
 
 #[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let mut lanes = [0.0f32; 8];
     let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
     let tail: f32 = ca

@@ -4,10 +4,27 @@ use burn::module::{Module, Param};
 use burn::nn::{
     Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
 };
-use burn::tensor::{Device, Tensor, activation::gelu};
+use burn::tensor::{Device, Tensor};
 use headlab_attention::{AttentionOptions, MultiHeadAttention, apply_rope};
 
 use crate::config::{GptConfig, Norm};
+
+/// LayerNorm's epsilon, PyTorch's default (`burn::nn::LayerNorm` keeps its own private).
+pub(crate) const LN_EPSILON: f64 = 1e-5;
+
+/// A `[d_model]` LayerNorm, with a shift when the model has biases.
+pub(crate) fn layer_norm_config(config: &GptConfig) -> LayerNormConfig {
+    LayerNormConfig::new(config.d_model)
+        .with_bias(config.bias)
+        .with_epsilon(LN_EPSILON)
+}
+
+/// `ln` applied over the last dimension through headlab's kernel (one op with its own
+/// backward on the CPU backends, Burn's `layer_norm` elsewhere).
+pub(crate) fn norm<const D: usize>(ln: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
+    let beta = ln.beta.as_ref().map(|b| b.val());
+    headlab_kernels::layer_norm(x, ln.gamma.val(), beta, LN_EPSILON)
+}
 
 /// A linear layer with GPT-2's initialisation: normal weights, zero bias.
 pub(crate) fn gpt2_linear(
@@ -51,8 +68,10 @@ impl Mlp {
     /// # Shapes
     /// `[b, t, d_model] -> [b, t, d_model]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        self.dropout
-            .forward(self.c_proj.forward(gelu(self.c_fc.forward(x))))
+        self.dropout.forward(
+            self.c_proj
+                .forward(headlab_kernels::gelu(self.c_fc.forward(x))),
+        )
     }
 }
 
@@ -111,11 +130,7 @@ pub struct Block {
 
 impl Block {
     pub(crate) fn new(config: &GptConfig, device: &Device) -> Self {
-        let ln = || {
-            LayerNormConfig::new(config.d_model)
-                .with_bias(config.bias)
-                .init(device)
-        };
+        let ln = || layer_norm_config(config).init(device);
         Self {
             ln_1: ln(),
             attn: config
@@ -143,7 +158,7 @@ impl Block {
     ) -> BlockOutput {
         let pre = self.norm == Norm::Pre;
         let h = if pre {
-            self.ln_1.forward(x.clone())
+            norm(&self.ln_1, x.clone())
         } else {
             x.clone()
         };
@@ -185,13 +200,13 @@ impl Block {
         let mut x = if pre {
             x + attn.output
         } else {
-            self.ln_1.forward(x + attn.output)
+            norm(&self.ln_1, x + attn.output)
         };
         if let (Some(ln_2), Some(mlp)) = (&self.ln_2, &self.mlp) {
             x = if pre {
-                x.clone() + mlp.forward(ln_2.forward(x))
+                x.clone() + mlp.forward(norm(ln_2, x))
             } else {
-                ln_2.forward(x.clone() + mlp.forward(x))
+                norm(ln_2, x.clone() + mlp.forward(x))
             };
         }
         BlockOutput {

@@ -1,11 +1,11 @@
 //! The GPT-style decoder: embeddings, a stack of blocks, final LayerNorm and LM head.
 
 use burn::module::Module;
-use burn::nn::{Embedding, EmbeddingConfig, Initializer, LayerNorm, LayerNormConfig, Linear};
+use burn::nn::{Embedding, EmbeddingConfig, Initializer, LayerNorm, Linear};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::block::{Block, BlockOptions, LayerCache, gpt2_linear};
+use crate::block::{Block, BlockOptions, LayerCache, gpt2_linear, layer_norm_config, norm};
 use crate::config::{GptConfig, GptConfigError, Norm, Positional};
 
 /// A decoder-only transformer in the nanoGPT mould.
@@ -107,11 +107,7 @@ impl Gpt {
             blocks: (0..config.n_layers)
                 .map(|_| Block::new(config, device))
                 .collect(),
-            ln_f: (config.norm == Norm::Pre).then(|| {
-                LayerNormConfig::new(config.d_model)
-                    .with_bias(config.bias)
-                    .init(device)
-            }),
+            ln_f: (config.norm == Norm::Pre).then(|| layer_norm_config(config).init(device)),
             lm_head: (!config.tie_embeddings)
                 .then(|| gpt2_linear(config.d_model, config.vocab_size, false, 0.02, device)),
             config: config.clone(),
@@ -146,7 +142,7 @@ impl Gpt {
     /// `[b, t, d_model] -> [b, t, vocab_size]`
     fn head(&self, x: Tensor<3>) -> Tensor<3> {
         let x = match &self.ln_f {
-            Some(ln) => ln.forward(x),
+            Some(ln) => norm(ln, x),
             None => x,
         };
         match &self.lm_head {

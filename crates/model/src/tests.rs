@@ -457,7 +457,10 @@ fn forward_with_captures_weights_and_ablates_heads() {
         .zip(&plain)
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
-    assert!(diff < 1e-5, "an all-ones head mask changed the logits by {diff}");
+    assert!(
+        diff < 1e-5,
+        "an all-ones head mask changed the logits by {diff}"
+    );
     assert_eq!(out.weights.len(), 2);
     assert_eq!(out.weights[1].dims(), [1, 4, 5, 5]);
     assert_eq!(out.head_outputs[1].dims(), [1, 4, 5, 4]);

@@ -1,0 +1,311 @@
+//! GELU and LayerNorm on host memory, forward and backward, each one pass over the data
+//! instead of the chain of primitive ops (and their autodiff nodes) Burn runs under autodiff.
+
+use rayon::prelude::*;
+
+use crate::simd::exp;
+
+/// Rows per rayon task: small tensors stay on one thread.
+const ROWS_PER_TASK: usize = 64;
+
+/// Elements per rayon task for the elementwise GELU.
+const CHUNK: usize = 16 * 1024;
+
+/// `(Phi(x), phi(x))`: the standard normal CDF and density. `Phi` via Abramowitz & Stegun
+/// 7.1.26 for `erfc` (absolute error below 1.5e-7, the formula PyTorch's vectorised CPU `erf`
+/// uses), computed as `erfc` on the negative side so small tails do not cancel.
+#[inline(always)]
+fn normal_cdf_pdf(x: f32) -> (f32, f32) {
+    const P: f32 = 0.327_591_1;
+    const A: [f32; 5] = [
+        0.254_829_6,
+        -0.284_496_74,
+        1.421_413_7,
+        -1.453_152,
+        1.061_405_4,
+    ];
+    const INV_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
+    const INV_SQRT_2PI: f32 = 0.398_942_3;
+    let z = x.abs() * INV_SQRT_2;
+    let t = 1.0 / (1.0 + P * z);
+    let poly = t * (A[0] + t * (A[1] + t * (A[2] + t * (A[3] + t * A[4]))));
+    let gauss = exp(-z * z); // = exp(-x^2 / 2)
+    let half_erfc = 0.5 * poly * gauss;
+    let cdf = if x >= 0.0 { 1.0 - half_erfc } else { half_erfc };
+    (cdf, gauss * INV_SQRT_2PI)
+}
+
+crate::simd::dispatch! {
+    fn gelu_slice / gelu_slice_baseline(x: &[f32], y: &mut [f32]) {
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y = x * normal_cdf_pdf(x).0;
+        }
+    }
+}
+
+crate::simd::dispatch! {
+    fn gelu_backward_slice / gelu_backward_slice_baseline(x: &[f32], dy: &mut [f32]) {
+        for (g, &x) in dy.iter_mut().zip(x) {
+            let (cdf, pdf) = normal_cdf_pdf(x);
+            *g *= cdf + x * pdf;
+        }
+    }
+}
+
+/// Exact (erf) GELU, `x * Phi(x)`, what `torch.nn.GELU()` computes.
+pub fn gelu(x: &[f32]) -> Vec<f32> {
+    let mut y = vec![0.0f32; x.len()];
+    y.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .for_each(|(y, x)| gelu_slice(x, y));
+    y
+}
+
+/// `d_y * gelu'(x)`, in place over `d_y`: `gelu'(x) = Phi(x) + x phi(x)`.
+pub fn gelu_backward(x: &[f32], mut d_y: Vec<f32>) -> Vec<f32> {
+    assert_eq!(
+        x.len(),
+        d_y.len(),
+        "gelu_backward: x and d_y differ in length"
+    );
+    d_y.par_chunks_mut(CHUNK)
+        .zip(x.par_chunks(CHUNK))
+        .for_each(|(g, x)| gelu_backward_slice(x, g));
+    d_y
+}
+
+/// LayerNorm over the last dimension `d` of `x` (rows of `d`): `y = x_hat * gamma + beta`,
+/// `x_hat = (x - mean) / sqrt(var + eps)` with the biased variance. Returns `y`, `x_hat` and
+/// each row's `1 / sqrt(var + eps)` for the backward.
+pub fn layer_norm(
+    x: &[f32],
+    gamma: &[f32],
+    beta: &[f32],
+    eps: f32,
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let d = gamma.len();
+    assert!(
+        d > 0 && x.len().is_multiple_of(d),
+        "layer_norm: x is not rows of {d}"
+    );
+    assert_eq!(beta.len(), d, "layer_norm: beta is not [{d}]");
+    let rows = x.len() / d;
+    let (mut y, mut x_hat, mut rstd) = (vec![0.0; x.len()], vec![0.0; x.len()], vec![0.0; rows]);
+    let task = ROWS_PER_TASK * d;
+    y.par_chunks_mut(task)
+        .zip(x_hat.par_chunks_mut(task))
+        .zip(rstd.par_chunks_mut(ROWS_PER_TASK))
+        .zip(x.par_chunks(task))
+        .for_each(|(((y, x_hat), rstd), x)| layer_norm_rows(x, gamma, beta, eps, y, x_hat, rstd));
+    (y, x_hat, rstd)
+}
+
+crate::simd::dispatch! {
+    fn layer_norm_rows / layer_norm_rows_baseline(
+        x: &[f32],
+        gamma: &[f32],
+        beta: &[f32],
+        eps: f32,
+        y: &mut [f32],
+        x_hat: &mut [f32],
+        rstd: &mut [f32],
+    ) {
+        let d = gamma.len();
+        let rows = x.chunks_exact(d).zip(y.chunks_exact_mut(d).zip(x_hat.chunks_exact_mut(d)));
+        for ((x, (y, x_hat)), rstd) in rows.zip(rstd) {
+            let mean = crate::simd::sum(x) / d as f32;
+            for (h, &v) in x_hat.iter_mut().zip(x) {
+                *h = v - mean;
+            }
+            let var = crate::simd::dot(x_hat, x_hat) / d as f32;
+            let r = 1.0 / (var + eps).sqrt();
+            *rstd = r;
+            for ((y, h), (g, b)) in y.iter_mut().zip(x_hat.iter_mut()).zip(gamma.iter().zip(beta)) {
+                *h *= r;
+                *y = *h * g + b;
+            }
+        }
+    }
+}
+
+/// Gradients `(dx, dgamma, dbeta)` of LayerNorm from the forward's `x_hat` and `rstd`:
+/// `dx = rstd * (g - mean(g) - x_hat * mean(g * x_hat))` with `g = d_y * gamma`.
+pub fn layer_norm_backward(
+    d_y: &[f32],
+    x_hat: &[f32],
+    rstd: &[f32],
+    gamma: &[f32],
+) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+    let d = gamma.len();
+    assert_eq!(
+        d_y.len(),
+        x_hat.len(),
+        "layer_norm_backward: d_y and x_hat differ"
+    );
+    assert_eq!(
+        rstd.len() * d,
+        x_hat.len(),
+        "layer_norm_backward: rstd is not one per row"
+    );
+    let task = ROWS_PER_TASK * d;
+    let mut dx = vec![0.0f32; d_y.len()];
+    // Each task sums its rows' gamma and beta gradients; the partial sums are added after.
+    let partials: Vec<(Vec<f32>, Vec<f32>)> = dx
+        .par_chunks_mut(task)
+        .zip(d_y.par_chunks(task).zip(x_hat.par_chunks(task)))
+        .zip(rstd.par_chunks(ROWS_PER_TASK))
+        .map(|((dx, (d_y, x_hat)), rstd)| {
+            let (mut dgamma, mut dbeta) = (vec![0.0f32; d], vec![0.0f32; d]);
+            layer_norm_backward_rows(d_y, x_hat, rstd, gamma, dx, &mut dgamma, &mut dbeta);
+            (dgamma, dbeta)
+        })
+        .collect();
+    let (mut dgamma, mut dbeta) = (vec![0.0f32; d], vec![0.0f32; d]);
+    for (g, b) in partials {
+        dgamma.iter_mut().zip(&g).for_each(|(a, v)| *a += v);
+        dbeta.iter_mut().zip(&b).for_each(|(a, v)| *a += v);
+    }
+    (dx, dgamma, dbeta)
+}
+
+crate::simd::dispatch! {
+    fn layer_norm_backward_rows / layer_norm_backward_rows_baseline(
+        d_y: &[f32],
+        x_hat: &[f32],
+        rstd: &[f32],
+        gamma: &[f32],
+        dx: &mut [f32],
+        dgamma: &mut [f32],
+        dbeta: &mut [f32],
+    ) {
+        let d = gamma.len();
+        let rows = d_y.chunks_exact(d).zip(x_hat.chunks_exact(d)).zip(dx.chunks_exact_mut(d));
+        for (((d_y, x_hat), dx), &r) in rows.zip(rstd) {
+            let (mut sum_g, mut sum_gx) = (0.0f32, 0.0f32);
+            for i in 0..d {
+                dgamma[i] += d_y[i] * x_hat[i];
+                dbeta[i] += d_y[i];
+                let g = d_y[i] * gamma[i];
+                dx[i] = g;
+                sum_g += g;
+                sum_gx += g * x_hat[i];
+            }
+            let (mean_g, mean_gx) = (sum_g / d as f32, sum_gx / d as f32);
+            for (dx, h) in dx.iter_mut().zip(x_hat) {
+                *dx = r * (*dx - mean_g - h * mean_gx);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn gelu64(x: f64) -> f64 {
+        0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2))
+    }
+
+    #[test]
+    fn gelu_and_its_derivative_match_f64() {
+        let xs: Vec<f32> = (0..40_001).map(|i| -10.0 + i as f32 * 5e-4).collect();
+        let y = gelu(&xs);
+        let dy = gelu_backward(&xs, vec![1.0; xs.len()]);
+        let mut baseline = vec![0.0; xs.len()];
+        gelu_slice_baseline(&xs, &mut baseline);
+        for (i, &x) in xs.iter().enumerate() {
+            let x64 = x as f64;
+            let want = gelu64(x64);
+            // 1.5e-7 on Phi, times |x|, plus f32 rounding of the product.
+            let tol = 1.5e-7 * x64.abs() + 2.0 * f32::EPSILON as f64 * want.abs() + 1e-12;
+            assert!(
+                (y[i] as f64 - want).abs() < tol,
+                "gelu({x}) = {} vs {want}",
+                y[i]
+            );
+            assert_eq!(
+                y[i], baseline[i],
+                "the AVX2 and baseline builds differ at {x}"
+            );
+            let h = 1e-4;
+            let slope = (gelu64(x64 + h) - gelu64(x64 - h)) / (2.0 * h);
+            assert!(
+                (dy[i] as f64 - slope).abs() < 1e-6,
+                "gelu'({x}) = {} vs {slope}",
+                dy[i]
+            );
+        }
+    }
+
+    fn layer_norm64(x: &[f64], gamma: &[f64], beta: &[f64], eps: f64) -> Vec<f64> {
+        let d = gamma.len();
+        x.chunks(d)
+            .flat_map(|row| {
+                let mean = row.iter().sum::<f64>() / d as f64;
+                let var = row.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / d as f64;
+                let r = 1.0 / (var + eps).sqrt();
+                (0..d)
+                    .map(move |i| (row[i] - mean) * r * gamma[i] + beta[i])
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    /// Values against f64, gradients against central differences of the f64 LayerNorm, for
+    /// more rows than one task holds (so the partial sums of dgamma and dbeta are added).
+    #[test]
+    fn layer_norm_and_its_gradients_match_f64() {
+        let (rows, d, eps) = (150, 13, 1e-5);
+        let x: Vec<f32> = (0..rows * d)
+            .map(|i| ((i * 7919 % 101) as f32 - 50.0) * 0.03)
+            .collect();
+        let gamma: Vec<f32> = (0..d).map(|i| 0.5 + i as f32 * 0.1).collect();
+        let beta: Vec<f32> = (0..d).map(|i| i as f32 * -0.05).collect();
+        let d_y: Vec<f32> = (0..rows * d)
+            .map(|i| ((i * 31 % 17) as f32 - 8.0) * 0.1)
+            .collect();
+        let to64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+        let (x64, g64, b64, dy64) = (to64(&x), to64(&gamma), to64(&beta), to64(&d_y));
+        let (y, x_hat, rstd) = layer_norm(&x, &gamma, &beta, eps as f32);
+        for (a, b) in y.iter().zip(layer_norm64(&x64, &g64, &b64, eps)) {
+            assert!((*a as f64 - b).abs() < 1e-5, "{a} vs {b}");
+        }
+        let (dx, dgamma, dbeta) = layer_norm_backward(&d_y, &x_hat, &rstd, &gamma);
+        let loss = |x: &[f64], g: &[f64], b: &[f64]| -> f64 {
+            layer_norm64(x, g, b, eps)
+                .iter()
+                .zip(&dy64)
+                .map(|(y, d)| y * d)
+                .sum()
+        };
+        let h = 1e-6;
+        let numeric = |which: usize, i: usize| {
+            let mut args = [x64.clone(), g64.clone(), b64.clone()];
+            args[which][i] += h;
+            let up = loss(&args[0], &args[1], &args[2]);
+            args[which][i] -= 2.0 * h;
+            (up - loss(&args[0], &args[1], &args[2])) / (2.0 * h)
+        };
+        for i in (0..dx.len()).step_by(11) {
+            let want = numeric(0, i);
+            assert!(
+                (dx[i] as f64 - want).abs() < 1e-3 * (1.0 + want.abs()),
+                "dx[{i}] {} vs {want}",
+                dx[i]
+            );
+        }
+        for i in 0..d {
+            let (wg, wb) = (numeric(1, i), numeric(2, i));
+            assert!(
+                (dgamma[i] as f64 - wg).abs() < 1e-3 * (1.0 + wg.abs()),
+                "dgamma[{i}] {} vs {wg}",
+                dgamma[i]
+            );
+            assert!(
+                (dbeta[i] as f64 - wb).abs() < 1e-3 * (1.0 + wb.abs()),
+                "dbeta[{i}] {} vs {wb}",
+                dbeta[i]
+            );
+        }
+    }
+}

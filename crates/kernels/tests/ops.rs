@@ -1,0 +1,127 @@
+//! The kernels at the tensor level, with and without autodiff, on both CPU backends, against
+//! Burn's own ops (a separate implementation: chains of primitive ops differentiated by Burn).
+
+#![allow(deprecated)] // ndarray
+
+use burn::tensor::{Device, Distribution, Tensor};
+use headlab_kernels::{gelu, layer_norm, runs_on};
+
+fn devices() -> Vec<(&'static str, Device)> {
+    let plain = [("flex", Device::flex()), ("ndarray", Device::ndarray())];
+    plain
+        .into_iter()
+        .flat_map(|(name, d)| [(name, d.clone()), (name, d.autodiff())])
+        .collect()
+}
+
+fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data().try_into_vec::<f32>().unwrap()
+}
+
+fn assert_close(what: &str, got: Vec<f32>, want: Vec<f32>, tol: f32) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    let err = got
+        .iter()
+        .zip(&want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    assert!(err < tol, "{what}: differs from Burn's op by {err}");
+}
+
+/// Values against Burn's `gelu` (exact erf on every backend); gradients against the f64
+/// derivative `Phi(x) + x phi(x)`, because Burn's default `gelu_backward` (which ndarray
+/// uses) is the derivative of the tanh approximation and is off by up to ~1e-3.
+#[test]
+fn gelu_matches_burn_values_and_the_f64_gradient() {
+    for (name, device) in devices() {
+        assert!(runs_on(&Tensor::<1>::zeros([1], &device)), "{name}");
+        let x = Tensor::<3>::random([3, 70, 33], Distribution::Normal(0.0, 2.0), &device);
+        let g = Tensor::<3>::random([3, 70, 33], Distribution::Default, &device);
+        let label = format!("{name} autodiff {}", device.is_autodiff());
+        let want = burn::tensor::activation::gelu(x.clone());
+        if !device.is_autodiff() {
+            assert_close(&label, values(gelu(x)), values(want), 1e-6);
+            continue;
+        }
+        let xg = x.clone().require_grad();
+        let y = gelu(xg.clone());
+        let grads = y.clone().mul(g.clone()).sum().backward();
+        assert_close(&label, values(y.inner()), values(want.inner()), 1e-6);
+        let want_dx: Vec<f32> = values(x.inner())
+            .iter()
+            .zip(values(g.inner()))
+            .map(|(&x, g)| {
+                let x = x as f64;
+                let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
+                let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+                ((cdf + x * pdf) * g as f64) as f32
+            })
+            .collect();
+        assert_close(
+            &format!("{label} gelu'"),
+            values(xg.grad(&grads).unwrap()),
+            want_dx,
+            1e-6,
+        );
+    }
+}
+
+#[test]
+fn layer_norm_matches_burn_values_and_gradients() {
+    for (name, device) in devices() {
+        for with_beta in [true, false] {
+            let x = Tensor::<3>::random([2, 67, 24], Distribution::Normal(0.5, 3.0), &device);
+            let gamma = Tensor::<1>::random([24], Distribution::Normal(1.0, 0.3), &device);
+            let beta = Tensor::<1>::random([24], Distribution::Normal(0.0, 0.3), &device);
+            let g = Tensor::<3>::random([2, 67, 24], Distribution::Default, &device);
+            let label = format!("{name} autodiff {} beta {with_beta}", device.is_autodiff());
+            let ad = device.is_autodiff();
+            let track = |t: Tensor<1>| if ad { t.require_grad() } else { t };
+            type Norm = fn(Tensor<3>, Tensor<1>, Option<Tensor<1>>, f64) -> Tensor<3>;
+            let run = |f: Norm| {
+                let (x, gamma, beta) = (
+                    if ad {
+                        x.clone().require_grad()
+                    } else {
+                        x.clone()
+                    },
+                    track(gamma.clone()),
+                    track(beta.clone()),
+                );
+                let y = f(
+                    x.clone(),
+                    gamma.clone(),
+                    with_beta.then(|| beta.clone()),
+                    1e-5,
+                );
+                if !ad {
+                    return vec![values(y)];
+                }
+                let grads = y.clone().mul(g.clone()).sum().backward();
+                let mut out = vec![
+                    values(y.inner()),
+                    values(x.grad(&grads).unwrap()),
+                    values(gamma.grad(&grads).unwrap()),
+                ];
+                if with_beta {
+                    out.push(values(beta.grad(&grads).unwrap()));
+                } else {
+                    assert!(
+                        beta.grad(&grads).is_none(),
+                        "{label}: an unused beta got a gradient"
+                    );
+                }
+                out
+            };
+            let got = run(layer_norm);
+            let want = run(burn::tensor::module::layer_norm);
+            for (what, (a, b)) in ["y", "dx", "dgamma", "dbeta"]
+                .iter()
+                .zip(got.into_iter().zip(want))
+            {
+                // dgamma and dbeta sum 134 rows: allow their f32 rounding.
+                assert_close(&format!("{label} {what}"), a, b, 2e-4);
+            }
+        }
+    }
+}
