@@ -13,6 +13,7 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Tensor};
+use headlab_kernels::linear_layer;
 
 use crate::error::AttentionConfigError;
 use crate::sdpa::{attention_weights, scaled_dot_product_attention};
@@ -238,9 +239,9 @@ impl MultiHeadAttention {
             y.reshape([b, t, heads, self.d_k]).swap_dims(1, 2)
         };
         Qkv {
-            q: split(self.q_proj.forward(x.clone()), self.n_heads),
-            k: split(self.k_proj.forward(x.clone()), self.n_kv_heads),
-            v: split(self.v_proj.forward(x), self.n_kv_heads),
+            q: split(linear_layer(&self.q_proj, x.clone()), self.n_heads),
+            k: split(linear_layer(&self.k_proj, x.clone()), self.n_kv_heads),
+            v: split(linear_layer(&self.v_proj, x), self.n_kv_heads),
         }
     }
 
@@ -288,7 +289,9 @@ impl MultiHeadAttention {
         }
         // [b, h, t_q, d_k] -> [b, t_q, h, d_k] -> [b, t_q, h * d_k]
         let context = context.swap_dims(1, 2).reshape([b, t_q, self.d_model()]);
-        let output = self.resid_dropout.forward(self.o_proj.forward(context));
+        let output = self
+            .resid_dropout
+            .forward(linear_layer(&self.o_proj, context));
 
         AttentionOutput {
             output,

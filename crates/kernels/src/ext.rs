@@ -1,5 +1,5 @@
-//! The backend extension: [`cpu`](crate::cpu)'s kernels behind Burn's dispatch, and the
-//! autodiff node that calls the hand-written backward.
+//! The backend extension: the host kernels behind Burn's dispatch, and the autodiff nodes that
+//! call their hand-written backwards.
 
 // `ndarray` is deprecated upstream; headlab keeps it as a second CPU backend.
 #![allow(deprecated)]
@@ -7,20 +7,22 @@
 use std::sync::Arc;
 
 use burn::backend::autodiff::{
-    Autodiff,
+    Autodiff, NodeId,
     checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
     grads::Gradients,
     ops::{Backward, Ops, OpsKind},
 };
+use burn::backend::flex::{FlexTensor, Layout};
+use burn::backend::ops::FloatTensorOps;
 use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, Flex, NdArray, TensorMetadata, backend_extension};
-use burn::tensor::{Shape, TensorData, read_sync};
+use burn::tensor::{Bytes, DType, Shape, TensorData, read_sync};
 
 use crate::cpu::{self, Dims};
 use crate::pointwise;
 
 /// headlab's ops, each one node of Burn's graph with a hand-written backward. Listed
-/// backends only: the wrappers in the crate root check [`crate::supports`] first.
+/// backends only: the wrappers in the crate root check [`crate::runs_on`] first.
 #[backend_extension(Flex, NdArray, Autodiff)]
 pub trait KernelBackend: Backend {
     /// `softmax(q k^T / sqrt(d_k) + causal mask) v` for `q [b, h, t_q, d_k]`,
@@ -42,6 +44,82 @@ pub trait KernelBackend: Backend {
         beta: FloatTensor<Self>,
         epsilon: f64,
     ) -> FloatTensor<Self>;
+
+    /// `x W` for `x [..., d_in]`, `W [d_in, d_out]`.
+    fn linear(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// `x W + b` for `x [..., d_in]`, `W [d_in, d_out]`, `b [d_out]`.
+    fn linear_bias(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> FloatTensor<Self>;
+}
+
+/// A float tensor's values on the host, contiguous and in logical order: flex's own buffer
+/// where it already is (no copy), a copy otherwise.
+#[derive(Clone, Debug)]
+pub enum HostData {
+    /// A contiguous f32 flex tensor, read in place.
+    Flex(FlexTensor),
+    /// Values copied out of the backend.
+    Owned(Arc<Vec<f32>>),
+}
+
+impl HostData {
+    fn as_slice(&self) -> &[f32] {
+        match self {
+            HostData::Flex(t) => t.as_slice::<f32>().expect("made contiguous f32 by to_host"),
+            HostData::Owned(v) => v,
+        }
+    }
+}
+
+/// Moving tensors between a backend and host memory, without copies where the backend allows.
+pub trait HostAccess: Backend {
+    /// The tensor's values, contiguous.
+    fn to_host(t: FloatTensor<Self>) -> HostData;
+    /// A tensor of `shape` on `device` holding `data`.
+    fn from_host(data: Vec<f32>, shape: Shape, device: &DeviceOf<Self>) -> FloatTensor<Self>;
+}
+
+type DeviceOf<B> = <FloatTensor<B> as TensorMetadata>::Device;
+
+impl HostAccess for Flex {
+    fn to_host(t: FlexTensor) -> HostData {
+        assert_eq!(
+            t.dtype(),
+            DType::F32,
+            "headlab's kernels run on f32 (see `runs_on`)"
+        );
+        if t.as_slice::<f32>().is_some() {
+            HostData::Flex(t)
+        } else {
+            HostData::Flex(t.to_contiguous())
+        }
+    }
+
+    fn from_host(data: Vec<f32>, shape: Shape, _: &DeviceOf<Self>) -> FlexTensor {
+        FlexTensor::new(
+            Bytes::from_elems(data),
+            Layout::contiguous(shape),
+            DType::F32,
+        )
+    }
+}
+
+impl HostAccess for NdArray {
+    fn to_host(t: FloatTensor<Self>) -> HostData {
+        let data = read_sync(Self::float_into_data(t)).expect("a CPU backend reads its own tensor");
+        let values = data
+            .try_into_vec::<f32>()
+            .expect("headlab's kernels run on f32 (see `runs_on`)");
+        HostData::Owned(Arc::new(values))
+    }
+
+    fn from_host(data: Vec<f32>, shape: Shape, device: &DeviceOf<Self>) -> FloatTensor<Self> {
+        Self::float_from_data(TensorData::new(data, shape), device)
+    }
 }
 
 /// The plain (no autodiff) backends: run the forward kernels, keep nothing.
@@ -69,6 +147,18 @@ macro_rules! host_backend {
             ) -> FloatTensor<Self> {
                 layer_norm_forward::<Self>(x, gamma, beta, epsilon).0
             }
+
+            fn linear(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+                linear_forward::<Self>(x, weight, None).0
+            }
+
+            fn linear_bias(
+                x: FloatTensor<Self>,
+                weight: FloatTensor<Self>,
+                bias: FloatTensor<Self>,
+            ) -> FloatTensor<Self> {
+                linear_forward::<Self>(x, weight, Some(bias)).0
+            }
         }
     };
 }
@@ -76,49 +166,33 @@ macro_rules! host_backend {
 host_backend!(Flex);
 host_backend!(NdArray);
 
-impl<B: Backend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
+impl<B: HostAccess, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
     fn flash_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         causal: bool,
     ) -> FloatTensor<Self> {
-        match FlashBackward
-            .prepare::<C>([q.node(), k.node(), v.node()])
-            .compute_bound()
-            .stateful()
-        {
+        let prep = FlashBackward.prepare::<C>([q.node(), k.node(), v.node()]);
+        let (q, k, v) = (q.into_primitive(), k.into_primitive(), v.into_primitive());
+        match prep.compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (out, saved) = attention_forward::<B>(
-                    q.into_primitive(),
-                    k.into_primitive(),
-                    v.into_primitive(),
-                    causal,
-                );
+                let (out, saved) = attention_forward::<B>(q, k, v, causal);
                 prep.finish(Arc::new(saved), out)
             }
-            OpsKind::UnTracked(prep) => prep.finish(
-                attention_forward::<B>(
-                    q.into_primitive(),
-                    k.into_primitive(),
-                    v.into_primitive(),
-                    causal,
-                )
-                .0,
-            ),
+            OpsKind::UnTracked(prep) => prep.finish(attention_forward::<B>(q, k, v, causal).0),
         }
     }
+
     fn gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
-        match GeluBackward
-            .prepare::<C>([x.node()])
-            .compute_bound()
-            .stateful()
-        {
+        let prep = GeluBackward.prepare::<C>([x.node()]);
+        let x = x.into_primitive();
+        match prep.compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (y, saved) = gelu_forward::<B>(x.into_primitive());
+                let (y, saved) = gelu_forward::<B>(x);
                 prep.finish(Arc::new(saved), y)
             }
-            OpsKind::UnTracked(prep) => prep.finish(gelu_forward::<B>(x.into_primitive()).0),
+            OpsKind::UnTracked(prep) => prep.finish(gelu_forward::<B>(x).0),
         }
     }
 
@@ -128,42 +202,80 @@ impl<B: Backend, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         beta: FloatTensor<Self>,
         epsilon: f64,
     ) -> FloatTensor<Self> {
-        match LayerNormBackward
-            .prepare::<C>([x.node(), gamma.node(), beta.node()])
-            .compute_bound()
-            .stateful()
-        {
+        let prep = LayerNormBackward.prepare::<C>([x.node(), gamma.node(), beta.node()]);
+        let (x, gamma, beta) = (
+            x.into_primitive(),
+            gamma.into_primitive(),
+            beta.into_primitive(),
+        );
+        match prep.compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (y, saved) = layer_norm_forward::<B>(
-                    x.into_primitive(),
-                    gamma.into_primitive(),
-                    beta.into_primitive(),
-                    epsilon,
-                );
+                let (y, saved) = layer_norm_forward::<B>(x, gamma, beta, epsilon);
                 prep.finish(Arc::new(saved), y)
             }
-            OpsKind::UnTracked(prep) => prep.finish(
-                layer_norm_forward::<B>(
-                    x.into_primitive(),
-                    gamma.into_primitive(),
-                    beta.into_primitive(),
-                    epsilon,
-                )
-                .0,
-            ),
+            OpsKind::UnTracked(prep) => {
+                prep.finish(layer_norm_forward::<B>(x, gamma, beta, epsilon).0)
+            }
+        }
+    }
+
+    fn linear(x: FloatTensor<Self>, weight: FloatTensor<Self>) -> FloatTensor<Self> {
+        let prep = LinearBackward.prepare::<C>([x.node(), weight.node()]);
+        let (x, weight) = (x.into_primitive(), weight.into_primitive());
+        match prep.compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (y, saved) = linear_forward::<B>(x, weight, None);
+                prep.finish(Arc::new(saved), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(linear_forward::<B>(x, weight, None).0),
+        }
+    }
+
+    fn linear_bias(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        let prep = LinearBackward.prepare::<C>([x.node(), weight.node(), bias.node()]);
+        let (x, weight, bias) = (
+            x.into_primitive(),
+            weight.into_primitive(),
+            bias.into_primitive(),
+        );
+        match prep.compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (y, saved) = linear_forward::<B>(x, weight, Some(bias));
+                prep.finish(Arc::new(saved), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(linear_forward::<B>(x, weight, Some(bias)).0),
         }
     }
 }
 
-type DeviceOf<B> = <FloatTensor<B> as TensorMetadata>::Device;
+/// Registers `grad` (host values of `shape`) for the tensor `node`, if it wants one; `grad`
+/// is only computed then.
+fn register<B: HostAccess>(
+    grads: &mut Gradients,
+    node: Option<NodeId>,
+    grad: impl FnOnce() -> Vec<f32>,
+    shape: &Shape,
+    device: &DeviceOf<B>,
+) {
+    if let Some(id) = node {
+        grads.register::<B>(id, B::from_host(grad(), shape.clone(), device));
+    }
+}
 
-/// What the backward needs, on the host: the inputs, the output and each row's log-sum-exp.
+// ---------------------------------------------------------------------------------------------
+// Attention
+
+/// What the attention backward needs: the inputs, the output and each row's log-sum-exp.
 #[derive(Debug)]
-struct Saved<D> {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    out: Vec<f32>,
+struct AttentionSaved<D> {
+    q: HostData,
+    k: HostData,
+    v: HostData,
+    out: HostData,
     lse: Vec<f32>,
     q_shape: Shape,
     k_shape: Shape,
@@ -176,38 +288,37 @@ struct Saved<D> {
 #[derive(Debug)]
 struct FlashBackward;
 
-impl<B: Backend> Backward<B, 3> for FlashBackward {
-    type State = Arc<Saved<DeviceOf<B>>>;
+impl<B: HostAccess> Backward<B, 3> for FlashBackward {
+    type State = Arc<AttentionSaved<DeviceOf<B>>>;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_q, node_k, node_v] = ops.parents;
-        let d_out = host::<B>(grads.consume::<B>(&ops.node));
+        let [node_q, node_k, node_v] = ops.parents.map(|n| n.map(|n| n.id));
+        let d_out = B::to_host(grads.consume::<B>(&ops.node));
         let s = ops.state;
         let (dq, dk, dv) = cpu::backward(
-            &s.q, &s.k, &s.v, &s.out, &s.lse, &d_out, s.dims, s.scale, s.causal,
+            s.q.as_slice(),
+            s.k.as_slice(),
+            s.v.as_slice(),
+            s.out.as_slice(),
+            &s.lse,
+            d_out.as_slice(),
+            s.dims,
+            s.scale,
+            s.causal,
         );
-        for (node, grad, shape) in [
-            (node_q, dq, &s.q_shape),
-            (node_k, dk, &s.k_shape),
-            (node_v, dv, &s.k_shape),
-        ] {
-            if let Some(node) = node {
-                grads.register::<B>(node.id, device_tensor::<B>(grad, shape, &s.device));
-            }
-        }
+        register::<B>(grads, node_q, || dq, &s.q_shape, &s.device);
+        register::<B>(grads, node_k, || dk, &s.k_shape, &s.device);
+        register::<B>(grads, node_v, || dv, &s.k_shape, &s.device);
     }
 }
 
 /// Runs the attention kernel on `B`'s tensors; returns the output and what the backward needs.
-fn attention_forward<B: Backend>(
+fn attention_forward<B: HostAccess>(
     q: FloatTensor<B>,
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     causal: bool,
-) -> (
-    FloatTensor<B>,
-    Saved<<FloatTensor<B> as TensorMetadata>::Device>,
-) {
+) -> (FloatTensor<B>, AttentionSaved<DeviceOf<B>>) {
     let (q_shape, k_shape, device) = (q.shape(), k.shape(), q.device());
     let [b, h, t_q, d_k] = q_shape.dims();
     let t_k = k_shape.dims::<4>()[2];
@@ -218,14 +329,22 @@ fn attention_forward<B: Backend>(
         d_k,
     };
     let scale = 1.0 / (d_k as f32).sqrt();
-    let (q, k, v) = (host::<B>(q), host::<B>(k), host::<B>(v));
-    let (out, lse) = cpu::forward(&q, &k, &v, dims, scale, causal);
-    let out_tensor = device_tensor::<B>(out.clone(), &q_shape, &device);
-    let saved = Saved {
+    let (q, k, v) = (B::to_host(q), B::to_host(k), B::to_host(v));
+    let (out, lse) = cpu::forward(
+        q.as_slice(),
+        k.as_slice(),
+        v.as_slice(),
+        dims,
+        scale,
+        causal,
+    );
+    let out = B::from_host(out, q_shape.clone(), &device);
+    let saved_out = B::to_host(out.clone());
+    let saved = AttentionSaved {
         q,
         k,
         v,
-        out,
+        out: saved_out,
         lse,
         q_shape,
         k_shape,
@@ -234,29 +353,16 @@ fn attention_forward<B: Backend>(
         causal,
         device,
     };
-    (out_tensor, saved)
+    (out, saved)
 }
 
-/// A CPU backend's tensor as contiguous f32 in logical order (a copy for strided views).
-fn host<B: Backend>(t: FloatTensor<B>) -> Vec<f32> {
-    read_sync(B::float_into_data(t))
-        .expect("a CPU backend reads its own tensor")
-        .try_into_vec::<f32>()
-        .expect("flash attention runs on f32 tensors (checked by `supports`)")
-}
-
-fn device_tensor<B: Backend>(
-    data: Vec<f32>,
-    shape: &Shape,
-    device: &DeviceOf<B>,
-) -> FloatTensor<B> {
-    B::float_from_data(TensorData::new(data, shape.clone()), device)
-}
+// ---------------------------------------------------------------------------------------------
+// GELU
 
 /// GELU's input, for its derivative.
 #[derive(Debug)]
 struct GeluSaved<D> {
-    x: Vec<f32>,
+    x: HostData,
     shape: Shape,
     device: D,
 }
@@ -264,33 +370,34 @@ struct GeluSaved<D> {
 #[derive(Debug)]
 struct GeluBackward;
 
-impl<B: Backend> Backward<B, 1> for GeluBackward {
+impl<B: HostAccess> Backward<B, 1> for GeluBackward {
     type State = Arc<GeluSaved<DeviceOf<B>>>;
 
     fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_x] = ops.parents;
-        let d_y = host::<B>(grads.consume::<B>(&ops.node));
-        if let Some(node) = node_x {
-            let s = ops.state;
-            let dx = pointwise::gelu_backward(&s.x, d_y);
-            grads.register::<B>(node.id, device_tensor::<B>(dx, &s.shape, &s.device));
-        }
+        let [node_x] = ops.parents.map(|n| n.map(|n| n.id));
+        let d_y = B::to_host(grads.consume::<B>(&ops.node));
+        let s = ops.state;
+        let dx = || pointwise::gelu_backward(s.x.as_slice(), d_y.as_slice());
+        register::<B>(grads, node_x, dx, &s.shape, &s.device);
     }
 }
 
-fn gelu_forward<B: Backend>(x: FloatTensor<B>) -> (FloatTensor<B>, GeluSaved<DeviceOf<B>>) {
+fn gelu_forward<B: HostAccess>(x: FloatTensor<B>) -> (FloatTensor<B>, GeluSaved<DeviceOf<B>>) {
     let (shape, device) = (x.shape(), x.device());
-    let x = host::<B>(x);
-    let y = device_tensor::<B>(pointwise::gelu(&x), &shape, &device);
+    let x = B::to_host(x);
+    let y = B::from_host(pointwise::gelu(x.as_slice()), shape.clone(), &device);
     (y, GeluSaved { x, shape, device })
 }
+
+// ---------------------------------------------------------------------------------------------
+// LayerNorm
 
 /// LayerNorm's normalised input and per-row `1 / std`, and `gamma`.
 #[derive(Debug)]
 struct LayerNormSaved<D> {
     x_hat: Vec<f32>,
     rstd: Vec<f32>,
-    gamma: Vec<f32>,
+    gamma: HostData,
     shape: Shape,
     param_shape: Shape,
     device: D,
@@ -299,42 +406,110 @@ struct LayerNormSaved<D> {
 #[derive(Debug)]
 struct LayerNormBackward;
 
-impl<B: Backend> Backward<B, 3> for LayerNormBackward {
+impl<B: HostAccess> Backward<B, 3> for LayerNormBackward {
     type State = Arc<LayerNormSaved<DeviceOf<B>>>;
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let [node_x, node_gamma, node_beta] = ops.parents;
-        let d_y = host::<B>(grads.consume::<B>(&ops.node));
+        let [node_x, node_gamma, node_beta] = ops.parents.map(|n| n.map(|n| n.id));
+        let d_y = B::to_host(grads.consume::<B>(&ops.node));
         let s = ops.state;
-        let (dx, dgamma, dbeta) = pointwise::layer_norm_backward(&d_y, &s.x_hat, &s.rstd, &s.gamma);
-        for (node, grad, shape) in [
-            (node_x, dx, &s.shape),
-            (node_gamma, dgamma, &s.param_shape),
-            (node_beta, dbeta, &s.param_shape),
-        ] {
-            if let Some(node) = node {
-                grads.register::<B>(node.id, device_tensor::<B>(grad, shape, &s.device));
-            }
-        }
+        let (dx, dgamma, dbeta) =
+            pointwise::layer_norm_backward(d_y.as_slice(), &s.x_hat, &s.rstd, s.gamma.as_slice());
+        register::<B>(grads, node_x, || dx, &s.shape, &s.device);
+        register::<B>(grads, node_gamma, || dgamma, &s.param_shape, &s.device);
+        register::<B>(grads, node_beta, || dbeta, &s.param_shape, &s.device);
     }
 }
 
-fn layer_norm_forward<B: Backend>(
+fn layer_norm_forward<B: HostAccess>(
     x: FloatTensor<B>,
     gamma: FloatTensor<B>,
     beta: FloatTensor<B>,
     epsilon: f64,
 ) -> (FloatTensor<B>, LayerNormSaved<DeviceOf<B>>) {
     let (shape, param_shape, device) = (x.shape(), gamma.shape(), x.device());
-    let (x, gamma, beta) = (host::<B>(x), host::<B>(gamma), host::<B>(beta));
-    let (y, x_hat, rstd) = pointwise::layer_norm(&x, &gamma, &beta, epsilon as f32);
-    let y = device_tensor::<B>(y, &shape, &device);
+    let (x, gamma, beta) = (B::to_host(x), B::to_host(gamma), B::to_host(beta));
+    let (y, x_hat, rstd) = pointwise::layer_norm(
+        x.as_slice(),
+        gamma.as_slice(),
+        beta.as_slice(),
+        epsilon as f32,
+    );
+    let y = B::from_host(y, shape.clone(), &device);
     let saved = LayerNormSaved {
         x_hat,
         rstd,
         gamma,
         shape,
         param_shape,
+        device,
+    };
+    (y, saved)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Linear
+
+/// The linear layer's input and weight, for the gradients of each other.
+#[derive(Debug)]
+struct LinearSaved<D> {
+    x: HostData,
+    weight: HostData,
+    x_shape: Shape,
+    weight_shape: Shape,
+    device: D,
+}
+
+#[derive(Debug)]
+struct LinearBackward;
+
+impl<B: HostAccess, const N: usize> Backward<B, N> for LinearBackward {
+    type State = Arc<LinearSaved<DeviceOf<B>>>;
+
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let mut parents = ops.parents.into_iter().map(|n| n.map(|n| n.id));
+        let (node_x, node_w, node_b) = (
+            parents.next().flatten(),
+            parents.next().flatten(),
+            parents.next().flatten(),
+        );
+        let d_y = B::to_host(grads.consume::<B>(&ops.node));
+        let s = ops.state;
+        let [d_in, d_out] = s.weight_shape.dims();
+        let (x, w, d_y) = (s.x.as_slice(), s.weight.as_slice(), d_y.as_slice());
+        let dx = || pointwise::linear_x_backward(d_y, w, d_in, d_out);
+        register::<B>(grads, node_x, dx, &s.x_shape, &s.device);
+        let dw = || pointwise::linear_weight_backward(x, d_y, d_in, d_out);
+        register::<B>(grads, node_w, dw, &s.weight_shape, &s.device);
+        let db = || pointwise::column_sums(d_y, d_out);
+        register::<B>(grads, node_b, db, &Shape::new([d_out]), &s.device);
+    }
+}
+
+fn linear_forward<B: HostAccess>(
+    x: FloatTensor<B>,
+    weight: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+) -> (FloatTensor<B>, LinearSaved<DeviceOf<B>>) {
+    let (x_shape, weight_shape, device) = (x.shape(), weight.shape(), x.device());
+    let [d_in, d_out] = weight_shape.dims();
+    let (x, weight) = (B::to_host(x), B::to_host(weight));
+    let bias = bias.map(B::to_host);
+    let y = pointwise::linear(
+        x.as_slice(),
+        weight.as_slice(),
+        bias.as_ref().map(HostData::as_slice),
+        d_in,
+        d_out,
+    );
+    let mut y_dims: Vec<usize> = (0..x_shape.num_dims()).map(|i| x_shape[i]).collect();
+    *y_dims.last_mut().expect("x has at least one dimension") = d_out;
+    let y = B::from_host(y, Shape::from(y_dims), &device);
+    let saved = LinearSaved {
+        x,
+        weight,
+        x_shape,
+        weight_shape,
         device,
     };
     (y, saved)

@@ -4,7 +4,7 @@
 /// A read-only `rows x cols` matrix in `data`: element `(r, c)` is `data[r * rs + c * cs]`,
 /// so a transpose is the same data with the strides swapped.
 #[derive(Clone, Copy)]
-pub(crate) struct View<'a> {
+pub struct View<'a> {
     pub data: &'a [f32],
     pub rows: usize,
     pub cols: usize,

@@ -11,8 +11,9 @@
 //!
 //! [`gelu`] and [`layer_norm`] do the same for the two other chains of small ops that the
 //! training profile showed (GELU's scalar `erff` alone was 9% of a step): one vectorised pass
-//! each way instead of a node per primitive op, falling back to Burn's ops where the kernels
-//! do not run.
+//! each way instead of a node per primitive op. [`linear`] runs a layer as one `gemm` per
+//! direction on flex's buffers in place (Burn's splits `[b, t, d]` inputs into `b` products and
+//! copies strided operands). Each falls back to Burn's op where the kernels do not run.
 //!
 //! This is the one crate of headlab that names backends; `headlab-attention` and
 //! `headlab-model` call it through these functions and stay backend-generic.
@@ -106,4 +107,31 @@ pub fn layer_norm<const D: usize>(
         beta.into_dispatch(),
         epsilon,
     ))
+}
+
+/// `x W (+ b)` for `x [..., d_in]`, `W [d_in, d_out]` (Burn's layout), `b [d_out]`: one
+/// `gemm` over all rows each way, with no copies of `x` or `W` on flex, where the kernels
+/// run; Burn's `linear` elsewhere.
+pub fn linear<const D: usize>(
+    x: Tensor<D>,
+    weight: Tensor<2>,
+    bias: Option<Tensor<1>>,
+) -> Tensor<D> {
+    if !(runs_on(&x) && runs_on(&weight) && bias.as_ref().is_none_or(runs_on)) {
+        return burn::tensor::module::linear(x, weight, bias);
+    }
+    let out = match bias {
+        Some(bias) => <Dispatch as KernelBackend>::linear_bias(
+            x.into_dispatch(),
+            weight.into_dispatch(),
+            bias.into_dispatch(),
+        ),
+        None => <Dispatch as KernelBackend>::linear(x.into_dispatch(), weight.into_dispatch()),
+    };
+    Tensor::from_dispatch(out)
+}
+
+/// A `burn::nn::Linear` layer's forward through [`linear`].
+pub fn linear_layer<const D: usize>(layer: &burn::nn::Linear, x: Tensor<D>) -> Tensor<D> {
+    linear(x, layer.weight.val(), layer.bias.as_ref().map(|b| b.val()))
 }

@@ -3,6 +3,7 @@
 
 use rayon::prelude::*;
 
+use crate::gemm::{View, matmul};
 use crate::simd::exp;
 
 /// Rows per rayon task: small tensors stay on one thread.
@@ -61,13 +62,14 @@ pub fn gelu(x: &[f32]) -> Vec<f32> {
     y
 }
 
-/// `d_y * gelu'(x)`, in place over `d_y`: `gelu'(x) = Phi(x) + x phi(x)`.
-pub fn gelu_backward(x: &[f32], mut d_y: Vec<f32>) -> Vec<f32> {
+/// `d_y * gelu'(x)`: `gelu'(x) = Phi(x) + x phi(x)`.
+pub fn gelu_backward(x: &[f32], d_y: &[f32]) -> Vec<f32> {
     assert_eq!(
         x.len(),
         d_y.len(),
         "gelu_backward: x and d_y differ in length"
     );
+    let mut d_y = d_y.to_vec();
     d_y.par_chunks_mut(CHUNK)
         .zip(x.par_chunks(CHUNK))
         .for_each(|(g, x)| gelu_backward_slice(x, g));
@@ -198,6 +200,82 @@ crate::simd::dispatch! {
     }
 }
 
+/// Rows per task of a linear layer's products: enough to keep gemm's microkernel busy.
+const LINEAR_ROWS: usize = 128;
+
+/// Splits `out`, `rows x width` row-major, into blocks of rows for rayon (one block when the
+/// product is too small to share), and runs `f(block, first_row, n_rows)` on each.
+fn row_blocks(
+    out: &mut [f32],
+    width: usize,
+    work_per_row: usize,
+    f: impl Fn(&mut [f32], usize, usize) + Sync,
+) {
+    let rows = out.len() / width.max(1);
+    let threads = rayon::current_num_threads();
+    let per_task = if threads > 1 && rows * work_per_row >= 1 << 21 {
+        rows.div_ceil(threads).max(LINEAR_ROWS)
+    } else {
+        rows.max(1)
+    };
+    out.par_chunks_mut(per_task * width)
+        .enumerate()
+        .for_each(|(i, block)| f(block, i * per_task, block.len() / width));
+}
+
+/// `y = x W (+ b)` for `x [rows, d_in]`, `W [d_in, d_out]`, `b [d_out]`.
+pub fn linear(x: &[f32], w: &[f32], b: Option<&[f32]>, d_in: usize, d_out: usize) -> Vec<f32> {
+    assert_eq!(w.len(), d_in * d_out, "linear: W is not [{d_in}, {d_out}]");
+    let rows = x.len() / d_in;
+    let mut y = match b {
+        Some(b) => b.repeat(rows),
+        None => vec![0.0f32; rows * d_out],
+    };
+    row_blocks(&mut y, d_out, d_in * d_out, |y, r0, m| {
+        let x = View::rows(&x[r0 * d_in..], m, d_in);
+        matmul(y, x, View::rows(w, d_in, d_out), 1.0, b.is_some());
+    });
+    y
+}
+
+/// `dx = d_y W^T`: `[rows, d_out] x [d_out, d_in]`.
+pub fn linear_x_backward(d_y: &[f32], w: &[f32], d_in: usize, d_out: usize) -> Vec<f32> {
+    let rows = d_y.len() / d_out;
+    let mut dx = vec![0.0f32; rows * d_in];
+    row_blocks(&mut dx, d_in, d_in * d_out, |dx, r0, m| {
+        let d_y = View::rows(&d_y[r0 * d_out..], m, d_out);
+        matmul(dx, d_y, View::rows_t(w, d_in, d_out), 1.0, false);
+    });
+    dx
+}
+
+/// `dW = x^T d_y`: `[d_in, rows] x [rows, d_out]`, split over the rows of `dW`.
+pub fn linear_weight_backward(x: &[f32], d_y: &[f32], d_in: usize, d_out: usize) -> Vec<f32> {
+    let rows = x.len() / d_in;
+    let mut dw = vec![0.0f32; d_in * d_out];
+    row_blocks(&mut dw, d_out, rows * d_out, |dw, i0, m| {
+        // x^T rows i0..i0 + m: column i of x is row i of x^T.
+        let x_t = View {
+            data: &x[i0..],
+            rows: m,
+            cols: rows,
+            rs: 1,
+            cs: d_in,
+        };
+        matmul(dw, x_t, View::rows(d_y, rows, d_out), 1.0, false);
+    });
+    dw
+}
+
+/// Sum over rows of a `[rows, width]` matrix (a bias gradient).
+pub fn column_sums(m: &[f32], width: usize) -> Vec<f32> {
+    let mut sums = vec![0.0f32; width];
+    for row in m.chunks_exact(width) {
+        sums.iter_mut().zip(row).for_each(|(s, v)| *s += v);
+    }
+    sums
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -210,7 +288,7 @@ mod tests {
     fn gelu_and_its_derivative_match_f64() {
         let xs: Vec<f32> = (0..40_001).map(|i| -10.0 + i as f32 * 5e-4).collect();
         let y = gelu(&xs);
-        let dy = gelu_backward(&xs, vec![1.0; xs.len()]);
+        let dy = gelu_backward(&xs, &vec![1.0; xs.len()]);
         let mut baseline = vec![0.0; xs.len()];
         gelu_slice_baseline(&xs, &mut baseline);
         for (i, &x) in xs.iter().enumerate() {

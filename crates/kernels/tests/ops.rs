@@ -4,7 +4,7 @@
 #![allow(deprecated)] // ndarray
 
 use burn::tensor::{Device, Distribution, Tensor};
-use headlab_kernels::{gelu, layer_norm, runs_on};
+use headlab_kernels::{gelu, layer_norm, linear, runs_on};
 
 fn devices() -> Vec<(&'static str, Device)> {
     let plain = [("flex", Device::flex()), ("ndarray", Device::ndarray())];
@@ -121,6 +121,76 @@ fn layer_norm_matches_burn_values_and_gradients() {
             {
                 // dgamma and dbeta sum 134 rows: allow their f32 rounding.
                 assert_close(&format!("{label} {what}"), a, b, 2e-4);
+            }
+        }
+    }
+}
+
+/// Values and the gradients of x, W and b against Burn's `linear`, with and without a bias,
+/// for a rank-3 input, and with a weight that is a transposed view (the tied LM head).
+#[test]
+fn linear_matches_burn_values_and_gradients() {
+    for (name, device) in devices() {
+        // The last case is large enough to be split over rayon's threads in every product.
+        for (with_bias, transposed, [b0, t, d_in, d_out]) in [
+            (true, false, [3, 37, 24, 40]),
+            (false, false, [3, 37, 24, 40]),
+            (false, true, [3, 37, 24, 40]),
+            (true, false, [4, 300, 72, 160]),
+        ] {
+            let x = Tensor::<3>::random([b0, t, d_in], Distribution::Default, &device);
+            let w_stored = if transposed {
+                Tensor::<2>::random([d_out, d_in], Distribution::Default, &device)
+            } else {
+                Tensor::<2>::random([d_in, d_out], Distribution::Default, &device)
+            };
+            let b = Tensor::<1>::random([d_out], Distribution::Default, &device);
+            let g = Tensor::<3>::random([b0, t, d_out], Distribution::Default, &device);
+            let ad = device.is_autodiff();
+            let label = format!("{name} autodiff {ad} bias {with_bias} transposed {transposed}");
+            type Linear = fn(Tensor<3>, Tensor<2>, Option<Tensor<1>>) -> Tensor<3>;
+            let run = |f: Linear| {
+                let track = |t: Tensor<2>| if ad { t.require_grad() } else { t };
+                let (x, w_stored) = (
+                    if ad {
+                        x.clone().require_grad()
+                    } else {
+                        x.clone()
+                    },
+                    track(w_stored.clone()),
+                );
+                let b = if ad {
+                    b.clone().require_grad()
+                } else {
+                    b.clone()
+                };
+                let w = if transposed {
+                    w_stored.clone().transpose()
+                } else {
+                    w_stored.clone()
+                };
+                let y = f(x.clone(), w, with_bias.then(|| b.clone()));
+                if !ad {
+                    return vec![values(y)];
+                }
+                let grads = y.clone().mul(g.clone()).sum().backward();
+                let mut out = vec![
+                    values(y.inner()),
+                    values(x.grad(&grads).unwrap()),
+                    values(w_stored.grad(&grads).unwrap()),
+                ];
+                if with_bias {
+                    out.push(values(b.grad(&grads).unwrap()));
+                }
+                out
+            };
+            let (got, want) = (run(linear), run(burn::tensor::module::linear));
+            for (what, (a, b)) in ["y", "dx", "dW", "db"]
+                .iter()
+                .zip(got.into_iter().zip(want))
+            {
+                // dW and db sum up to 1200 products of values in [0, 1).
+                assert_close(&format!("{label} {what}"), a, b, 2e-3);
             }
         }
     }

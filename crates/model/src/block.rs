@@ -6,6 +6,7 @@ use burn::nn::{
 };
 use burn::tensor::{Device, Tensor};
 use headlab_attention::{AttentionOptions, MultiHeadAttention, apply_rope};
+use headlab_kernels::linear_layer;
 
 use crate::config::{GptConfig, Norm};
 
@@ -68,10 +69,8 @@ impl Mlp {
     /// # Shapes
     /// `[b, t, d_model] -> [b, t, d_model]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        self.dropout.forward(
-            self.c_proj
-                .forward(headlab_kernels::gelu(self.c_fc.forward(x))),
-        )
+        let h = headlab_kernels::gelu(linear_layer(&self.c_fc, x));
+        self.dropout.forward(linear_layer(&self.c_proj, h))
     }
 }
 

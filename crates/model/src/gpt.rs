@@ -146,9 +146,9 @@ impl Gpt {
             None => x,
         };
         match &self.lm_head {
-            Some(head) => head.forward(x),
-            // Tied: logits = x W_te^T. [b, t, d] x [1, d, v] -> [b, t, v]
-            None => x.matmul(self.wte.weight.val().transpose().unsqueeze::<3>()),
+            Some(head) => headlab_kernels::linear_layer(head, x),
+            // Tied: logits = x W_te^T, with W_te [v, d] read as [d, v].
+            None => headlab_kernels::linear(x, self.wte.weight.val().transpose(), None),
         }
     }
 
