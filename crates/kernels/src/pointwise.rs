@@ -200,8 +200,8 @@ crate::simd::dispatch! {
     }
 }
 
-/// Rows per task of a linear layer's products: enough to keep gemm's microkernel busy.
-const LINEAR_ROWS: usize = 128;
+/// Fewest rows per task of a linear layer's products (`dW` has only `d_in` rows to share).
+const LINEAR_ROWS: usize = 32;
 
 /// Splits `out`, `rows x width` row-major, into blocks of rows for rayon (one block when the
 /// product is too small to share), and runs `f(block, first_row, n_rows)` on each.
