@@ -18,7 +18,7 @@ impl Seen {
 }
 
 /// Defines each function as `$baseline` (any x86-64) and as `$name`, which runs the same body
-/// compiled for AVX2 + FMA where the CPU has them.
+/// compiled for AVX-512 or AVX2 + FMA, whichever the CPU has.
 macro_rules! dispatch {
     ($(#[$doc:meta])* fn $name:ident / $baseline:ident($($arg:ident: $ty:ty),* $(,)?) $body:block) => {
         #[inline(always)]
@@ -30,9 +30,20 @@ macro_rules! dispatch {
             use $baseline as body;
             #[cfg(target_arch = "x86_64")]
             {
+                #[target_feature(enable = "avx512f,avx512vl,avx2,fma")]
+                fn avx512($($arg: $ty),*) {
+                    body($($arg),*)
+                }
                 #[target_feature(enable = "avx2,fma")]
                 fn avx2($($arg: $ty),*) {
                     body($($arg),*)
+                }
+                if $crate::simd::has_avx512() {
+                    // SAFETY: `avx512` is `body` compiled for the features `has_avx512` found.
+                    #[allow(unsafe_code)]
+                    unsafe {
+                        return avx512($($arg),*);
+                    }
                 }
                 if std::is_x86_feature_detected!("avx2") && std::is_x86_feature_detected!("fma") {
                     // SAFETY: `avx2` is `body` compiled for AVX2 and FMA, which this CPU was
@@ -46,6 +57,19 @@ macro_rules! dispatch {
             body($($arg),*)
         }
     };
+}
+
+/// Whether the CPU runs the AVX-512 builds (`HEADLAB_NO_AVX512=1` turns them off, to compare).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::is_x86_feature_detected!("avx512f")
+            && std::is_x86_feature_detected!("avx512vl")
+            && std::is_x86_feature_detected!("avx2")
+            && std::is_x86_feature_detected!("fma")
+            && std::env::var_os("HEADLAB_NO_AVX512").is_none()
+    })
 }
 
 pub(crate) use dispatch;
