@@ -13,7 +13,7 @@ use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
 use burn::tensor::{Bool, Device, Tensor};
-use headlab_kernels::linear_layer;
+use headlab_kernels::{flash_attention_heads_last, linear_layer};
 
 use crate::error::AttentionConfigError;
 use crate::sdpa::{attention_weights, scaled_dot_product_attention};
@@ -173,6 +173,15 @@ pub struct AttentionOptions {
 }
 
 impl AttentionOptions {
+    /// No mask, no hooks, nothing asked for: plain self-attention.
+    pub fn is_plain(&self) -> bool {
+        self.padding_mask.is_none()
+            && self.head_mask.is_none()
+            && self.head_bias.is_none()
+            && !self.return_weights
+            && !self.return_head_outputs
+    }
+
     /// Options that ask for the attention weights.
     pub fn with_weights() -> Self {
         Self {
@@ -223,8 +232,43 @@ impl MultiHeadAttention {
     /// # Shapes
     /// `x [b, t, d_model] -> output [b, t, d_model]`, `weights [b, n_heads, t, t]`
     pub fn forward_with(&self, x: Tensor<3>, options: AttentionOptions) -> AttentionOutput {
+        if options.is_plain()
+            && let Some(output) = self.forward_direct(x.clone())
+        {
+            return AttentionOutput {
+                output,
+                weights: None,
+                head_outputs: None,
+            };
+        }
         let qkv = self.project(x);
         self.attend(qkv.q, qkv.k, qkv.v, options)
+    }
+
+    /// Self-attention without hooks on headlab's flash kernel, with Q, K and V left in the
+    /// projections' `[b, t, h, d_k]` layout (no head transposes either way). `None` where it
+    /// does not apply: grouped K/V, dropout on the weights while training, or a backend the
+    /// kernel does not run on; [`attend`](Self::attend) computes the same there.
+    ///
+    /// # Shapes
+    /// `x [b, t, d_model] -> [b, t, d_model]`
+    pub fn forward_direct(&self, x: Tensor<3>) -> Option<Tensor<3>> {
+        let dropout = x.device().is_autodiff() && self.attn_dropout.prob > 0.0;
+        if dropout || self.n_kv_heads != self.n_heads || !headlab_kernels::runs_on(&x) {
+            return None;
+        }
+        let [b, t, d] = x.dims();
+        // [b, t, h * d_k] -> [b, t, h, d_k]: a view of the projection's output
+        let heads = |y: Tensor<3>| y.reshape([b, t, self.n_heads, self.d_k]);
+        let q = heads(linear_layer(&self.q_proj, x.clone()));
+        let k = heads(linear_layer(&self.k_proj, x.clone()));
+        let v = heads(linear_layer(&self.v_proj, x));
+        // [b, t, h, d_k] -> [b, t, h * d_k]: the heads concatenated, as W_O reads them
+        let context = flash_attention_heads_last(q, k, v, self.causal).reshape([b, t, d]);
+        Some(
+            self.resid_dropout
+                .forward(linear_layer(&self.o_proj, context)),
+        )
     }
 
     /// Projects `x` to per-head queries, keys and values. Split from [`attend`](Self::attend) so

@@ -354,10 +354,15 @@ fn grouped_query_equals_multi_head_with_repeated_kv_weights() {
 /// backward's rounding is ~1e-5 relative, hence the 2e-3 relative tolerance).
 #[test]
 fn gradients_match_finite_differences_of_the_f64_reference() {
-    for (name, device) in cpu_devices() {
+    // kv 2 is grouped-query attention through `attend`; kv 4 is plain multi-head attention,
+    // which takes the flash kernel on the projections' own layout (`forward_direct`).
+    for ((name, device), kv) in cpu_devices()
+        .into_iter()
+        .flat_map(|d| [(d.clone(), 2), (d, 4)])
+    {
         let device = device.autodiff();
         let mut rng = rng(7);
-        let (b, t, d, h, kv) = (2, 4, 8, 4, 2);
+        let (b, t, d, h) = (2, 4, 8, 4);
         let mha = random_mha(
             &MultiHeadAttentionConfig::new(d, h).with_n_kv_heads(Some(kv)),
             &mut rng,
@@ -384,7 +389,7 @@ fn gradients_match_finite_differences_of_the_f64_reference() {
                 let tol = 2e-3 * numeric.abs().max(1.0);
                 assert!(
                     (a - numeric).abs() < tol,
-                    "{name}: d/d{what}[{idx}]: autodiff {a}, finite difference {numeric}"
+                    "{name} kv {kv}: d/d{what}[{idx}]: autodiff {a}, finite difference {numeric}"
                 );
             }
         };

@@ -18,7 +18,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, Flex, NdArray, TensorMetadata, backend_extension};
 use burn::tensor::{Bytes, DType, Shape, TensorData, read_sync};
 
-use crate::cpu::{self, Dims};
+use crate::cpu::{self, Dims, HeadLayout};
 use crate::pointwise;
 
 /// headlab's ops, each one node of Burn's graph with a hand-written backward. Listed
@@ -26,12 +26,13 @@ use crate::pointwise;
 #[backend_extension(Flex, NdArray, Autodiff)]
 pub trait KernelBackend: Backend {
     /// `softmax(q k^T / sqrt(d_k) + causal mask) v` for `q [b, h, t_q, d_k]`,
-    /// `k, v [b, h, t_k, d_k]`.
+    /// `k, v [b, h, t_k, d_k]`, or `[b, t, h, d_k]` each with `heads_last`.
     fn flash_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         causal: bool,
+        heads_last: bool,
     ) -> FloatTensor<Self>;
 
     /// Exact (erf) GELU, elementwise.
@@ -131,8 +132,9 @@ macro_rules! host_backend {
                 k: FloatTensor<Self>,
                 v: FloatTensor<Self>,
                 causal: bool,
+                heads_last: bool,
             ) -> FloatTensor<Self> {
-                attention_forward::<Self>(q, k, v, causal).0
+                attention_forward::<Self>(q, k, v, causal, heads_last).0
             }
 
             fn gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -172,15 +174,18 @@ impl<B: HostAccess, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         causal: bool,
+        heads_last: bool,
     ) -> FloatTensor<Self> {
         let prep = FlashBackward.prepare::<C>([q.node(), k.node(), v.node()]);
         let (q, k, v) = (q.into_primitive(), k.into_primitive(), v.into_primitive());
         match prep.compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (out, saved) = attention_forward::<B>(q, k, v, causal);
+                let (out, saved) = attention_forward::<B>(q, k, v, causal, heads_last);
                 prep.finish(Arc::new(saved), out)
             }
-            OpsKind::UnTracked(prep) => prep.finish(attention_forward::<B>(q, k, v, causal).0),
+            OpsKind::UnTracked(prep) => {
+                prep.finish(attention_forward::<B>(q, k, v, causal, heads_last).0)
+            }
         }
     }
 
@@ -280,6 +285,7 @@ struct AttentionSaved<D> {
     q_shape: Shape,
     k_shape: Shape,
     dims: Dims,
+    layout: HeadLayout,
     scale: f32,
     causal: bool,
     device: D,
@@ -303,6 +309,7 @@ impl<B: HostAccess> Backward<B, 3> for FlashBackward {
             &s.lse,
             d_out.as_slice(),
             s.dims,
+            s.layout,
             s.scale,
             s.causal,
         );
@@ -318,12 +325,18 @@ fn attention_forward<B: HostAccess>(
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     causal: bool,
+    heads_last: bool,
 ) -> (FloatTensor<B>, AttentionSaved<DeviceOf<B>>) {
     let (q_shape, k_shape, device) = (q.shape(), k.shape(), q.device());
-    let [b, h, t_q, d_k] = q_shape.dims();
-    let t_k = k_shape.dims::<4>()[2];
+    let ([b, d1, d2, d_k], t_k) = (q_shape.dims(), k_shape[if heads_last { 1 } else { 2 }]);
+    let (layout, heads, t_q) = if heads_last {
+        (HeadLayout::HeadsLast, d2, d1)
+    } else {
+        (HeadLayout::HeadsFirst, d1, d2)
+    };
     let dims = Dims {
-        heads: b * h,
+        batch: b,
+        heads,
         t_q,
         t_k,
         d_k,
@@ -335,6 +348,7 @@ fn attention_forward<B: HostAccess>(
         k.as_slice(),
         v.as_slice(),
         dims,
+        layout,
         scale,
         causal,
     );
@@ -349,6 +363,7 @@ fn attention_forward<B: HostAccess>(
         q_shape,
         k_shape,
         dims,
+        layout,
         scale,
         causal,
         device,

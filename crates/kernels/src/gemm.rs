@@ -43,22 +43,36 @@ impl<'a> View<'a> {
 }
 
 /// `dst = alpha * lhs * rhs` (or `dst += alpha * lhs * rhs` with `accumulate`), `dst`
-/// row-major `lhs.rows x rhs.cols`. Single-threaded: callers parallelise over heads.
-pub(crate) fn matmul(dst: &mut [f32], lhs: View, rhs: View, alpha: f32, accumulate: bool) {
+/// `lhs.rows x rhs.cols` with rows `dst_rs` apart. Single-threaded: callers parallelise.
+pub(crate) fn matmul(
+    dst: &mut [f32],
+    dst_rs: usize,
+    lhs: View,
+    rhs: View,
+    alpha: f32,
+    accumulate: bool,
+) {
     let (m, k, n) = (lhs.rows, lhs.cols, rhs.cols);
     assert_eq!(rhs.rows, k, "matmul: inner dimensions differ");
-    assert!(dst.len() >= m * n, "matmul: destination too small");
+    assert!(dst_rs >= n, "matmul: destination rows overlap");
+    assert!(
+        m == 0 || n == 0 || (m - 1) * dst_rs + n <= dst.len(),
+        "matmul: destination too small"
+    );
     assert!(lhs.fits() && rhs.fits(), "matmul: view runs past its slice");
     if m == 0 || n == 0 {
         return;
     }
     if k == 0 {
         if !accumulate {
-            dst[..m * n].fill(0.0);
+            dst.chunks_mut(dst_rs)
+                .take(m)
+                .for_each(|row| row[..n].fill(0.0));
         }
         return;
     }
-    // SAFETY: `dst` holds `m * n` elements written at `r * n + c`; `lhs` and `rhs` were
+    // SAFETY: `dst` holds every `r * dst_rs + c` for `r < m`, `c < n` (checked above, and
+    // `dst_rs >= n` keeps rows apart); `lhs` and `rhs` were
     // checked above to stay inside their slices for every `(r, c)` of their shapes; `dst`
     // is a unique borrow, so it aliases neither input.
     #[allow(unsafe_code)]
@@ -69,7 +83,7 @@ pub(crate) fn matmul(dst: &mut [f32], lhs: View, rhs: View, alpha: f32, accumula
             k,
             dst.as_mut_ptr(),
             1,
-            n as isize,
+            dst_rs as isize,
             accumulate,
             lhs.data.as_ptr(),
             lhs.cs as isize,
@@ -113,11 +127,11 @@ mod tests {
         let (lhs, rhs) = (View::rows(&a, 5, 7), View::rows_t(&b, 5, 7));
         let want = reference(lhs, rhs);
         let mut dst = vec![1.0f32; 25];
-        matmul(&mut dst, lhs, rhs, 2.0, false);
+        matmul(&mut dst, 5, lhs, rhs, 2.0, false);
         for (d, w) in dst.iter().zip(&want) {
             assert!((*d as f64 - 2.0 * w).abs() < 1e-5, "{d} vs {}", 2.0 * w);
         }
-        matmul(&mut dst, lhs, rhs, 1.0, true);
+        matmul(&mut dst, 5, lhs, rhs, 1.0, true);
         for (d, w) in dst.iter().zip(&want) {
             assert!((*d as f64 - 3.0 * w).abs() < 1e-5, "{d} vs {}", 3.0 * w);
         }
@@ -130,6 +144,7 @@ mod tests {
         let mut dst = vec![0.0f32; 16];
         matmul(
             &mut dst,
+            4,
             View::rows(&a, 4, 4),
             View::rows(&a, 4, 4),
             1.0,

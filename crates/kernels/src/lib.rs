@@ -70,6 +70,41 @@ pub fn flash_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, causal: bool) -
         k.into_dispatch(),
         v.into_dispatch(),
         causal,
+        false,
+    );
+    Tensor::from_dispatch(out)
+}
+
+/// [`flash_attention`] on the projections' own layout, `[b, t, h, d_k]` in and out, so no
+/// head transposes are made in either direction.
+///
+/// # Panics
+/// Unless [`supports`] holds for the inputs with heads and positions swapped.
+///
+/// # Shapes
+/// `q [b, t_q, h, d_k]`, `k, v [b, t_k, h, d_k]` -> `[b, t_q, h, d_k]`
+pub fn flash_attention_heads_last(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    causal: bool,
+) -> Tensor<4> {
+    let ([b, t_q, h, d_k], [kb, t_k, kh, kd]) = (q.dims(), k.dims());
+    assert!(
+        runs_on(&q)
+            && runs_on(&k)
+            && runs_on(&v)
+            && k.dims() == v.dims()
+            && [kb, kh, kd] == [b, h, d_k]
+            && (!causal || t_q <= t_k),
+        "flash_attention_heads_last: inputs it does not support"
+    );
+    let out = <Dispatch as KernelBackend>::flash_attention(
+        q.into_dispatch(),
+        k.into_dispatch(),
+        v.into_dispatch(),
+        causal,
+        true,
     );
     Tensor::from_dispatch(out)
 }

@@ -233,7 +233,7 @@ pub fn linear(x: &[f32], w: &[f32], b: Option<&[f32]>, d_in: usize, d_out: usize
     };
     row_blocks(&mut y, d_out, d_in * d_out, |y, r0, m| {
         let x = View::rows(&x[r0 * d_in..], m, d_in);
-        matmul(y, x, View::rows(w, d_in, d_out), 1.0, b.is_some());
+        matmul(y, d_out, x, View::rows(w, d_in, d_out), 1.0, b.is_some());
     });
     y
 }
@@ -244,7 +244,7 @@ pub fn linear_x_backward(d_y: &[f32], w: &[f32], d_in: usize, d_out: usize) -> V
     let mut dx = vec![0.0f32; rows * d_in];
     row_blocks(&mut dx, d_in, d_in * d_out, |dx, r0, m| {
         let d_y = View::rows(&d_y[r0 * d_out..], m, d_out);
-        matmul(dx, d_y, View::rows_t(w, d_in, d_out), 1.0, false);
+        matmul(dx, d_in, d_y, View::rows_t(w, d_in, d_out), 1.0, false);
     });
     dx
 }
@@ -262,7 +262,7 @@ pub fn linear_weight_backward(x: &[f32], d_y: &[f32], d_in: usize, d_out: usize)
             rs: 1,
             cs: d_in,
         };
-        matmul(dw, x_t, View::rows(d_y, rows, d_out), 1.0, false);
+        matmul(dw, d_out, x_t, View::rows(d_y, rows, d_out), 1.0, false);
     });
     dw
 }

@@ -112,20 +112,16 @@ dispatch! {
 
 dispatch! {
     /// The softmax backward over a block, written over `p`:
-    /// `ds = p * (dp - rowsum(d_out * out)) * scale`, with `d_out`, `out` the block's `[m, d_k]`
-    /// rows.
+    /// `ds = p * (dp - d[r]) * scale`, with `d[r] = rowsum(d_out * out)` of the block's rows.
     fn softmax_backward_rows / softmax_backward_rows_baseline(
         p: &mut [f32],
         dp: &[f32],
         n: usize,
-        d_out: &[f32],
-        out: &[f32],
-        d_k: usize,
+        d: &[f32],
         scale: f32,
     ) {
         let rows = p.chunks_exact_mut(n).zip(dp.chunks_exact(n));
-        for ((p_row, dp_row), (g, o)) in rows.zip(d_out.chunks_exact(d_k).zip(out.chunks_exact(d_k))) {
-            let d_i = dot(g, o);
+        for ((p_row, dp_row), &d_i) in rows.zip(d) {
             for (s, g) in p_row.iter_mut().zip(dp_row) {
                 *s *= (g - d_i) * scale;
             }

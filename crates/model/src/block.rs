@@ -161,6 +161,15 @@ impl Block {
         } else {
             x.clone()
         };
+        let plain = !self.rope
+            && cache.is_none()
+            && options.head_mask.is_none()
+            && options.head_bias.is_none()
+            && !options.return_weights
+            && !options.return_head_outputs;
+        if plain && let Some(output) = self.attn.forward_direct(h.clone()) {
+            return self.finish(x, output, None, None);
+        }
         let mut qkv = self.attn.project(h);
         if self.rope {
             qkv.q = apply_rope(qkv.q, offset);
@@ -196,10 +205,22 @@ impl Block {
                 return_head_outputs: options.return_head_outputs,
             },
         );
+        self.finish(x, attn.output, attn.weights, attn.head_outputs)
+    }
+
+    /// The residual add around attention, then the MLP sublayer.
+    fn finish(
+        &self,
+        x: Tensor<3>,
+        attn: Tensor<3>,
+        weights: Option<Tensor<4>>,
+        head_outputs: Option<Tensor<4>>,
+    ) -> BlockOutput {
+        let pre = self.norm == Norm::Pre;
         let mut x = if pre {
-            x + attn.output
+            x + attn
         } else {
-            norm(&self.ln_1, x + attn.output)
+            norm(&self.ln_1, x + attn)
         };
         if let (Some(ln_2), Some(mlp)) = (&self.ln_2, &self.mlp) {
             x = if pre {
@@ -210,8 +231,8 @@ impl Block {
         }
         BlockOutput {
             x,
-            weights: attn.weights,
-            head_outputs: attn.head_outputs,
+            weights,
+            head_outputs,
         }
     }
 }
