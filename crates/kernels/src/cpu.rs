@@ -173,29 +173,29 @@ pub fn forward(
         // [m, n] x [n, d_k] -> [m, d_k]
         matmul(o, rs, View::rows(p, m, n), v_h.rows(0, n), 1.0, false);
     };
+    let one_head = |bh: usize, o_h: &mut [f32], lse_h: &mut [f32]| {
+        let mut p = Vec::new();
+        for i0 in (0..t_q).step_by(BLOCK_Q) {
+            let m = BLOCK_Q.min(t_q - i0);
+            let (o, lse) = (&mut o_h[i0 * d_k..], &mut lse_h[i0..]);
+            block(bh / heads, bh % heads, i0, m, o, lse, 1, &mut p);
+        }
+    };
+    // Scores to compute: below this, waking rayon's pool costs more than the work (decoding
+    // one token with a KV cache is b * h * t_k * d_k).
+    let small = batch * heads * t_q * t_k * d_k < 1 << 17;
     match layout {
+        HeadLayout::HeadsFirst if small => out
+            .chunks_mut(t_q * d_k)
+            .zip(lse.chunks_mut(t_q))
+            .enumerate()
+            .for_each(|(bh, (o_h, lse_h))| one_head(bh, o_h, lse_h)),
         HeadLayout::HeadsFirst => {
             // One task per head: its rows and log-sum-exps are contiguous.
             out.par_chunks_mut(t_q * d_k)
                 .zip(lse.par_chunks_mut(t_q))
                 .enumerate()
-                .for_each(|(bh, (o_h, lse_h))| {
-                    let mut p = Vec::new();
-                    for i0 in (0..t_q).step_by(BLOCK_Q) {
-                        let m = BLOCK_Q.min(t_q - i0);
-                        let o = &mut o_h[i0 * d_k..];
-                        block(
-                            bh / heads,
-                            bh % heads,
-                            i0,
-                            m,
-                            o,
-                            &mut lse_h[i0..],
-                            1,
-                            &mut p,
-                        );
-                    }
-                });
+                .for_each(|(bh, (o_h, lse_h))| one_head(bh, o_h, lse_h));
         }
         HeadLayout::HeadsLast => {
             // One task per query block of a sequence: its rows of every head are contiguous.

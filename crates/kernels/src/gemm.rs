@@ -121,12 +121,11 @@ pub(crate) fn product<'a>(
         return vec![0.0; rows * n];
     }
     assert!(rhs.fits(), "product: rhs runs past its slice");
+    let per_task = per_task.max(1);
     let mut out = Vec::<f32>::with_capacity(rows * n);
-    out.spare_capacity_mut()[..rows * n]
-        .par_chunks_mut(per_task.max(1) * n)
-        .enumerate()
-        .for_each(|(i, block)| {
-            let (r0, m) = (i * per_task.max(1), block.len() / n);
+    let run = |i: usize, block: &mut [std::mem::MaybeUninit<f32>]| {
+        {
+            let (r0, m) = (i * per_task, block.len() / n);
             let lhs = lhs(r0, m);
             assert!(
                 lhs.rows == m && lhs.cols == k,
@@ -160,7 +159,18 @@ pub(crate) fn product<'a>(
                     gemm::Parallelism::None,
                 );
             }
-        });
+        }
+    };
+    let blocks = &mut out.spare_capacity_mut()[..rows * n];
+    if rows <= per_task {
+        // One block: on this thread, without waking rayon's pool.
+        run(0, blocks);
+    } else {
+        blocks
+            .par_chunks_mut(per_task * n)
+            .enumerate()
+            .for_each(|(i, block)| run(i, block));
+    }
     // SAFETY: the blocks cover `0..rows * n` and each was fully written above.
     #[allow(unsafe_code)]
     unsafe {

@@ -56,9 +56,13 @@ crate::simd::dispatch! {
 /// Exact (erf) GELU, `x * Phi(x)`, what `torch.nn.GELU()` computes.
 pub fn gelu(x: &[f32]) -> Vec<f32> {
     let mut y = vec![0.0f32; x.len()];
-    y.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .for_each(|(y, x)| gelu_slice(x, y));
+    if x.len() <= CHUNK {
+        gelu_slice(x, &mut y);
+    } else {
+        y.par_chunks_mut(CHUNK)
+            .zip(x.par_chunks(CHUNK))
+            .for_each(|(y, x)| gelu_slice(x, y));
+    }
     y
 }
 
@@ -70,9 +74,13 @@ pub fn gelu_backward(x: &[f32], d_y: &[f32]) -> Vec<f32> {
         "gelu_backward: x and d_y differ in length"
     );
     let mut d_y = d_y.to_vec();
-    d_y.par_chunks_mut(CHUNK)
-        .zip(x.par_chunks(CHUNK))
-        .for_each(|(g, x)| gelu_backward_slice(x, g));
+    if x.len() <= CHUNK {
+        gelu_backward_slice(x, &mut d_y);
+    } else {
+        d_y.par_chunks_mut(CHUNK)
+            .zip(x.par_chunks(CHUNK))
+            .for_each(|(g, x)| gelu_backward_slice(x, g));
+    }
     d_y
 }
 
@@ -94,6 +102,10 @@ pub fn layer_norm(
     let rows = x.len() / d;
     let (mut y, mut x_hat, mut rstd) = (vec![0.0; x.len()], vec![0.0; x.len()], vec![0.0; rows]);
     let task = ROWS_PER_TASK * d;
+    if rows <= ROWS_PER_TASK {
+        layer_norm_rows(x, gamma, beta, eps, &mut y, &mut x_hat, &mut rstd);
+        return (y, x_hat, rstd);
+    }
     y.par_chunks_mut(task)
         .zip(x_hat.par_chunks_mut(task))
         .zip(rstd.par_chunks_mut(ROWS_PER_TASK))
@@ -151,6 +163,11 @@ pub fn layer_norm_backward(
     );
     let task = ROWS_PER_TASK * d;
     let mut dx = vec![0.0f32; d_y.len()];
+    if rstd.len() <= ROWS_PER_TASK {
+        let (mut dgamma, mut dbeta) = (vec![0.0f32; d], vec![0.0f32; d]);
+        layer_norm_backward_rows(d_y, x_hat, rstd, gamma, &mut dx, &mut dgamma, &mut dbeta);
+        return (dx, dgamma, dbeta);
+    }
     // Each task sums its rows' gamma and beta gradients; the partial sums are added after.
     let partials: Vec<(Vec<f32>, Vec<f32>)> = dx
         .par_chunks_mut(task)
@@ -226,6 +243,10 @@ pub fn linear(x: &[f32], w: &[f32], b: Option<&[f32]>, d_in: usize, d_out: usize
     };
     // The bias first, then the product added to it.
     let mut y = b.repeat(rows);
+    if per_task >= rows {
+        matmul(&mut y, d_out, x_rows(0, rows), w, 1.0, true);
+        return y;
+    }
     y.par_chunks_mut(per_task * d_out)
         .enumerate()
         .for_each(|(i, y)| {
@@ -327,60 +348,63 @@ mod tests {
     }
 
     /// Values against f64, gradients against central differences of the f64 LayerNorm, for
-    /// more rows than one task holds (so the partial sums of dgamma and dbeta are added).
+    /// fewer rows than one task holds and more (so the partial sums of dgamma and dbeta are added).
     #[test]
     fn layer_norm_and_its_gradients_match_f64() {
-        let (rows, d, eps) = (150, 13, 1e-5);
-        let x: Vec<f32> = (0..rows * d)
-            .map(|i| ((i * 7919 % 101) as f32 - 50.0) * 0.03)
-            .collect();
-        let gamma: Vec<f32> = (0..d).map(|i| 0.5 + i as f32 * 0.1).collect();
-        let beta: Vec<f32> = (0..d).map(|i| i as f32 * -0.05).collect();
-        let d_y: Vec<f32> = (0..rows * d)
-            .map(|i| ((i * 31 % 17) as f32 - 8.0) * 0.1)
-            .collect();
-        let to64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
-        let (x64, g64, b64, dy64) = (to64(&x), to64(&gamma), to64(&beta), to64(&d_y));
-        let (y, x_hat, rstd) = layer_norm(&x, &gamma, &beta, eps as f32);
-        for (a, b) in y.iter().zip(layer_norm64(&x64, &g64, &b64, eps)) {
-            assert!((*a as f64 - b).abs() < 1e-5, "{a} vs {b}");
-        }
-        let (dx, dgamma, dbeta) = layer_norm_backward(&d_y, &x_hat, &rstd, &gamma);
-        let loss = |x: &[f64], g: &[f64], b: &[f64]| -> f64 {
-            layer_norm64(x, g, b, eps)
-                .iter()
-                .zip(&dy64)
-                .map(|(y, d)| y * d)
-                .sum()
-        };
-        let h = 1e-6;
-        let numeric = |which: usize, i: usize| {
-            let mut args = [x64.clone(), g64.clone(), b64.clone()];
-            args[which][i] += h;
-            let up = loss(&args[0], &args[1], &args[2]);
-            args[which][i] -= 2.0 * h;
-            (up - loss(&args[0], &args[1], &args[2])) / (2.0 * h)
-        };
-        for i in (0..dx.len()).step_by(11) {
-            let want = numeric(0, i);
-            assert!(
-                (dx[i] as f64 - want).abs() < 1e-3 * (1.0 + want.abs()),
-                "dx[{i}] {} vs {want}",
-                dx[i]
-            );
-        }
-        for i in 0..d {
-            let (wg, wb) = (numeric(1, i), numeric(2, i));
-            assert!(
-                (dgamma[i] as f64 - wg).abs() < 1e-3 * (1.0 + wg.abs()),
-                "dgamma[{i}] {} vs {wg}",
-                dgamma[i]
-            );
-            assert!(
-                (dbeta[i] as f64 - wb).abs() < 1e-3 * (1.0 + wb.abs()),
-                "dbeta[{i}] {} vs {wb}",
-                dbeta[i]
-            );
+        // 5 rows run on the calling thread, 150 on rayon's pool.
+        for rows in [5, 150] {
+            let (d, eps) = (13, 1e-5);
+            let x: Vec<f32> = (0..rows * d)
+                .map(|i| ((i * 7919 % 101) as f32 - 50.0) * 0.03)
+                .collect();
+            let gamma: Vec<f32> = (0..d).map(|i| 0.5 + i as f32 * 0.1).collect();
+            let beta: Vec<f32> = (0..d).map(|i| i as f32 * -0.05).collect();
+            let d_y: Vec<f32> = (0..rows * d)
+                .map(|i| ((i * 31 % 17) as f32 - 8.0) * 0.1)
+                .collect();
+            let to64 = |v: &[f32]| v.iter().map(|&x| x as f64).collect::<Vec<_>>();
+            let (x64, g64, b64, dy64) = (to64(&x), to64(&gamma), to64(&beta), to64(&d_y));
+            let (y, x_hat, rstd) = layer_norm(&x, &gamma, &beta, eps as f32);
+            for (a, b) in y.iter().zip(layer_norm64(&x64, &g64, &b64, eps)) {
+                assert!((*a as f64 - b).abs() < 1e-5, "{a} vs {b}");
+            }
+            let (dx, dgamma, dbeta) = layer_norm_backward(&d_y, &x_hat, &rstd, &gamma);
+            let loss = |x: &[f64], g: &[f64], b: &[f64]| -> f64 {
+                layer_norm64(x, g, b, eps)
+                    .iter()
+                    .zip(&dy64)
+                    .map(|(y, d)| y * d)
+                    .sum()
+            };
+            let h = 1e-6;
+            let numeric = |which: usize, i: usize| {
+                let mut args = [x64.clone(), g64.clone(), b64.clone()];
+                args[which][i] += h;
+                let up = loss(&args[0], &args[1], &args[2]);
+                args[which][i] -= 2.0 * h;
+                (up - loss(&args[0], &args[1], &args[2])) / (2.0 * h)
+            };
+            for i in (0..dx.len()).step_by(11) {
+                let want = numeric(0, i);
+                assert!(
+                    (dx[i] as f64 - want).abs() < 1e-3 * (1.0 + want.abs()),
+                    "dx[{i}] {} vs {want}",
+                    dx[i]
+                );
+            }
+            for i in 0..d {
+                let (wg, wb) = (numeric(1, i), numeric(2, i));
+                assert!(
+                    (dgamma[i] as f64 - wg).abs() < 1e-3 * (1.0 + wg.abs()),
+                    "dgamma[{i}] {} vs {wg}",
+                    dgamma[i]
+                );
+                assert!(
+                    (dbeta[i] as f64 - wb).abs() < 1e-3 * (1.0 + wb.abs()),
+                    "dbeta[{i}] {} vs {wb}",
+                    dbeta[i]
+                );
+            }
         }
     }
 }
