@@ -592,33 +592,23 @@ mod tests {
                 let scale = 0.7f32;
                 let grads = Case { dims, layout }.backward(&q, &k, &v, &d_out, scale, causal);
                 let eps = 1e-3f32;
+                let loss_of = |inputs: &[Vec<f32>; 3]| {
+                    let out = reference(
+                        &inputs[0],
+                        &inputs[1],
+                        &inputs[2],
+                        dims,
+                        scale as f64,
+                        causal,
+                    );
+                    loss(&out, &d_out)
+                };
                 let numeric = |which: usize, idx: usize| {
                     let mut inputs = [q.clone(), k.clone(), v.clone()];
                     inputs[which][idx] += eps;
-                    let up = loss(
-                        &reference(
-                            &inputs[0],
-                            &inputs[1],
-                            &inputs[2],
-                            dims,
-                            scale as f64,
-                            causal,
-                        ),
-                        &d_out,
-                    );
+                    let up = loss_of(&inputs);
                     inputs[which][idx] -= 2.0 * eps;
-                    let down = loss(
-                        &reference(
-                            &inputs[0],
-                            &inputs[1],
-                            &inputs[2],
-                            dims,
-                            scale as f64,
-                            causal,
-                        ),
-                        &d_out,
-                    );
-                    (up - down) / (2.0 * eps as f64)
+                    (up - loss_of(&inputs)) / (2.0 * eps as f64)
                 };
                 let step = if t_q > 60 { 7 } else { 1 };
                 for (which, grad) in grads.iter().enumerate() {

@@ -1,5 +1,7 @@
-//! The one `unsafe` call of the workspace: `gemm::gemm` on strided views of slices, with every
-//! index the kernel can touch checked against the slices first.
+//! The crate's matrix products: `gemm::gemm` on strided views of slices, with every index it
+//! can touch checked against the slices first, and [`product`], which writes a new matrix into
+//! uninitialised capacity. With `simd.rs`'s CPU-feature dispatch, the only `unsafe` of the
+//! workspace.
 
 /// A read-only `rows x cols` matrix in `data`: element `(r, c)` is `data[r * rs + c * cs]`,
 /// so a transpose is the same data with the strides swapped.
@@ -77,14 +79,49 @@ pub(crate) fn matmul(
     // is a unique borrow, so it aliases neither input.
     #[allow(unsafe_code)]
     unsafe {
-        gemm::gemm(
+        raw_gemm(
             m,
             n,
             k,
             dst.as_mut_ptr(),
+            dst_rs,
+            accumulate,
+            lhs,
+            rhs,
+            alpha,
+        );
+    }
+}
+
+/// `gemm::gemm` for f32 with headlab's argument order: `dst` (rows `dst_rs` apart) `=` or
+/// `+=` `alpha * lhs * rhs`, single-threaded.
+///
+/// # Safety
+/// `dst` must be valid for writes (and reads, with `read_dst`) at `r * dst_rs + c` for every
+/// `r < m`, `c < n`, aliasing neither view; the views must fit their slices and be
+/// `m x k` and `k x n`.
+#[allow(unsafe_code)]
+unsafe fn raw_gemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    dst: *mut f32,
+    dst_rs: usize,
+    read_dst: bool,
+    lhs: View,
+    rhs: View,
+    alpha: f32,
+) {
+    // SAFETY: the caller's contract is gemm's.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst,
             1,
             dst_rs as isize,
-            accumulate,
+            read_dst,
             lhs.data.as_ptr(),
             lhs.cs as isize,
             lhs.rs as isize,
@@ -137,26 +174,16 @@ pub(crate) fn product<'a>(
             // read); the views were checked to stay inside their slices.
             #[allow(unsafe_code)]
             unsafe {
-                gemm::gemm(
+                raw_gemm(
                     m,
                     n,
                     k,
-                    block.as_mut_ptr().cast::<f32>(),
-                    1,
-                    n as isize,
+                    block.as_mut_ptr().cast(),
+                    n,
                     false,
-                    lhs.data.as_ptr(),
-                    lhs.cs as isize,
-                    lhs.rs as isize,
-                    rhs.data.as_ptr(),
-                    rhs.cs as isize,
-                    rhs.rs as isize,
-                    1.0,
+                    lhs,
+                    rhs,
                     alpha,
-                    false,
-                    false,
-                    false,
-                    gemm::Parallelism::None,
                 );
             }
         }
