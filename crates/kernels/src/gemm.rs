@@ -171,7 +171,9 @@ pub(crate) fn product<'a>(
             assert!(lhs.fits(), "product: lhs runs past its slice");
             // SAFETY: `block` holds `m * n` elements and gemm writes `r * n + c` for every
             // `r < m`, `c < n` (read_dst false, k > 0: dst := alpha * lhs * rhs, dst never
-            // read); the views were checked to stay inside their slices.
+            // read); the views were checked to stay inside their slices. "Never read" is
+            // gemm 0.19's behaviour on x86 and NEON (its experimental Apple AMX kernel, off
+            // here, copies dst first); the workspace pins gemm =0.19.0 for this reason.
             #[allow(unsafe_code)]
             unsafe {
                 raw_gemm(

@@ -48,6 +48,7 @@ pub fn supports(q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>, causal: bool) -> bo
         && runs_on(v)
         && k.dims() == v.dims()
         && [kb, kh, kd] == [b, h, d_k]
+        && t_k > 0
         && (!causal || t_q <= t_k)
 }
 
@@ -96,6 +97,7 @@ pub fn flash_attention_heads_last(
             && runs_on(&v)
             && k.dims() == v.dims()
             && [kb, kh, kd] == [b, h, d_k]
+            && t_k > 0
             && (!causal || t_q <= t_k),
         "flash_attention_heads_last: inputs it does not support"
     );
@@ -131,7 +133,10 @@ pub fn layer_norm<const D: usize>(
     beta: Option<Tensor<1>>,
     epsilon: f64,
 ) -> Tensor<D> {
-    if !(runs_on(&x) && runs_on(&gamma) && beta.as_ref().is_none_or(runs_on)) {
+    let d = gamma.dims()[0];
+    // Mismatched shapes go to Burn's op, which reports them.
+    let fits = x.dims()[D - 1] == d && beta.as_ref().is_none_or(|b| b.dims() == [d]);
+    if !(fits && runs_on(&x) && runs_on(&gamma) && beta.as_ref().is_none_or(runs_on)) {
         return burn::tensor::module::layer_norm(x, gamma, beta, epsilon);
     }
     // Without a shift, zeros: a constant, so no gradient is registered for it.
@@ -152,7 +157,10 @@ pub fn linear<const D: usize>(
     weight: Tensor<2>,
     bias: Option<Tensor<1>>,
 ) -> Tensor<D> {
-    if !(runs_on(&x) && runs_on(&weight) && bias.as_ref().is_none_or(runs_on)) {
+    let [d_in, d_out] = weight.dims();
+    // Mismatched shapes go to Burn's op, which reports them.
+    let fits = x.dims()[D - 1] == d_in && bias.as_ref().is_none_or(|b| b.dims() == [d_out]);
+    if !(fits && runs_on(&x) && runs_on(&weight) && bias.as_ref().is_none_or(runs_on)) {
         return burn::tensor::module::linear(x, weight, bias);
     }
     let out = match bias {
