@@ -415,6 +415,10 @@ fn generation(backend: Backend, device: &Device, lengths: &[usize], reps: usize)
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
+    headlab_train::backend::on_compute_pool(bench);
+}
+
+fn bench() {
     let args = parse_args();
     let quick = args.quick;
     // Read the reference first: a bad file must not cost a finished run.
