@@ -19,6 +19,7 @@ use burn::backend::tensor::FloatTensor;
 use burn::backend::{Backend, Flex, NdArray, TensorMetadata, backend_extension};
 use burn::tensor::{Bytes, DType, Shape, TensorData};
 
+use crate::adamw::AdamWStep;
 use crate::cpu::{self, Dims, HeadLayout};
 use crate::pointwise;
 
@@ -56,6 +57,16 @@ pub trait KernelBackend: Backend {
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
     ) -> FloatTensor<Self>;
+
+    /// One AdamW update of a parameter from its gradient and moments, all `[n]`: the
+    /// parameter and moments after it. Not differentiable (optimizers work on inner tensors).
+    fn adamw(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        step: AdamWStep,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 }
 
 /// A float tensor's values on the host, contiguous and in logical order: flex's own buffer
@@ -168,6 +179,16 @@ macro_rules! host_backend {
             ) -> FloatTensor<Self> {
                 linear_forward::<Self>(x, weight, Some(bias)).0
             }
+
+            fn adamw(
+                param: FloatTensor<Self>,
+                grad: FloatTensor<Self>,
+                m: FloatTensor<Self>,
+                v: FloatTensor<Self>,
+                step: AdamWStep,
+            ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+                adamw_host::<Self>(param, grad, m, v, step)
+            }
         }
     };
 }
@@ -261,6 +282,28 @@ impl<B: HostAccess, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
             }
             OpsKind::UnTracked(prep) => prep.finish(linear_forward::<B>(x, weight, Some(bias)).0),
         }
+    }
+
+    fn adamw(
+        param: FloatTensor<Self>,
+        grad: FloatTensor<Self>,
+        m: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        step: AdamWStep,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+        // No graph: the results are constants, as optimizer state is.
+        let (param, m, v) = adamw_host::<B>(
+            param.into_primitive(),
+            grad.into_primitive(),
+            m.into_primitive(),
+            v.into_primitive(),
+            step,
+        );
+        (
+            FloatTensor::<Self>::new(param),
+            FloatTensor::<Self>::new(m),
+            FloatTensor::<Self>::new(v),
+        )
     }
 }
 
@@ -535,4 +578,30 @@ fn linear_forward<B: HostAccess>(
         device,
     };
     (y, saved)
+}
+
+// ---------------------------------------------------------------------------------------------
+// AdamW
+
+fn adamw_host<B: HostAccess>(
+    param: FloatTensor<B>,
+    grad: FloatTensor<B>,
+    m: FloatTensor<B>,
+    v: FloatTensor<B>,
+    step: AdamWStep,
+) -> (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>) {
+    let (shape, device) = (param.shape(), param.device());
+    let [param, grad, m, v] = [param, grad, m, v].map(B::to_host);
+    let (param, m, v) = crate::adamw::adamw(
+        param.as_slice(),
+        grad.as_slice(),
+        m.as_slice(),
+        v.as_slice(),
+        &step,
+    );
+    (
+        B::from_host(param, shape.clone(), &device),
+        B::from_host(m, shape.clone(), &device),
+        B::from_host(v, shape, &device),
+    )
 }

@@ -13,11 +13,13 @@
 //! training profile showed (GELU's scalar `erff` alone was 9% of a step): one vectorised pass
 //! each way instead of a node per primitive op. [`linear`] runs a layer as one `gemm` per
 //! direction on flex's buffers in place (Burn's splits `[b, t, d]` inputs into `b` products and
-//! copies strided operands). Each falls back to Burn's op where the kernels do not run.
+//! copies strided operands). [`adamw`] updates a parameter and its moments in one pass. Each
+//! falls back to Burn's ops where the kernels do not run.
 //!
 //! This is the one crate of headlab that names backends; `headlab-attention` and
 //! `headlab-model` call it through these functions and stay backend-generic.
 
+mod adamw;
 pub mod cpu;
 mod ext;
 mod gemm;
@@ -27,6 +29,7 @@ mod simd;
 use burn::backend::{Dispatch, DispatchDevice};
 use burn::tensor::{DType, Tensor};
 
+pub use adamw::AdamWStep;
 pub use ext::KernelBackend;
 
 /// Whether the kernels run on this tensor: f32 on `flex` or `ndarray`.
@@ -177,4 +180,51 @@ pub fn linear<const D: usize>(
 /// A `burn::nn::Linear` layer's forward through [`linear`].
 pub fn linear_layer<const D: usize>(layer: &burn::nn::Linear, x: Tensor<D>) -> Tensor<D> {
     linear(x, layer.weight.val(), layer.bias.as_ref().map(|b| b.val()))
+}
+
+/// One AdamW update of a flat parameter `[n]` from its gradient and moments (`None` at the
+/// first step): the parameter and the moments after it. headlab's one-pass kernel where it
+/// runs, [`adamw_tensor_ops`] elsewhere.
+pub fn adamw(
+    param: Tensor<1>,
+    grad: Tensor<1>,
+    moments: Option<(Tensor<1>, Tensor<1>)>,
+    step: &AdamWStep,
+) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
+    let (m, v) = moments.unwrap_or_else(|| (grad.zeros_like(), grad.zeros_like()));
+    let n = param.dims();
+    let fits = grad.dims() == n && m.dims() == n && v.dims() == n;
+    if !(fits && [&param, &grad, &m, &v].into_iter().all(runs_on)) {
+        return adamw_tensor_ops(param, grad, m, v, step);
+    }
+    let (param, m, v) = <Dispatch as KernelBackend>::adamw(
+        param.into_dispatch(),
+        grad.into_dispatch(),
+        m.into_dispatch(),
+        v.into_dispatch(),
+        *step,
+    );
+    (
+        Tensor::from_dispatch(param),
+        Tensor::from_dispatch(m),
+        Tensor::from_dispatch(v),
+    )
+}
+
+/// [`adamw`] written with Burn's tensor ops, for the backends the kernel does not run on.
+pub fn adamw_tensor_ops(
+    param: Tensor<1>,
+    grad: Tensor<1>,
+    m: Tensor<1>,
+    v: Tensor<1>,
+    s: &AdamWStep,
+) -> (Tensor<1>, Tensor<1>, Tensor<1>) {
+    let g = grad.mul_scalar(s.grad_scale);
+    let m = m.mul_scalar(s.beta1) + g.clone().mul_scalar(1.0 - s.beta1);
+    let v = v.mul_scalar(s.beta2) + g.square().mul_scalar(1.0 - s.beta2);
+    let m_hat = m.clone().div_scalar(1.0 - s.beta1.powi(s.step));
+    let v_hat = v.clone().div_scalar(1.0 - s.beta2.powi(s.step));
+    let delta = m_hat.div(v_hat.sqrt().add_scalar(s.eps));
+    let param = param.mul_scalar(1.0 - s.lr * s.weight_decay) - delta.mul_scalar(s.lr);
+    (param, m, v)
 }

@@ -4,7 +4,7 @@
 #![allow(deprecated)] // ndarray
 
 use burn::tensor::{Device, Distribution, Tensor};
-use headlab_kernels::{gelu, layer_norm, linear, runs_on};
+use headlab_kernels::{AdamWStep, adamw, adamw_tensor_ops, gelu, layer_norm, linear, runs_on};
 
 fn devices() -> Vec<(&'static str, Device)> {
     let plain = [("flex", Device::flex()), ("ndarray", Device::ndarray())];
@@ -192,6 +192,48 @@ fn linear_matches_burn_values_and_gradients() {
                 // dW and db sum up to 1200 products of values in [0, 1).
                 assert_close(&format!("{label} {what}"), a, b, 2e-3);
             }
+        }
+    }
+}
+
+/// The one-pass AdamW against the same update as Burn's tensor ops, at the first step (no
+/// moments yet) and a later one with decay and a clipping factor, on every CPU device
+/// (optimizers see inner tensors, but autodiff devices must work too).
+#[test]
+fn adamw_matches_the_update_as_burn_ops() {
+    for (name, device) in devices() {
+        device.seed(7);
+        let n = 1000;
+        let normal = |std: f64| Tensor::<1>::random([n], Distribution::Normal(0.0, std), &device);
+        let (param, grad) = (normal(1.0), normal(1e-2));
+        let (m, v) = (normal(1e-3), normal(1e-3).abs().mul_scalar(1e-2));
+        for (t, moments, weight_decay, grad_scale) in [
+            (1, None, 0.0, 1.0),
+            (5, Some((m.clone(), v.clone())), 0.1, 0.5),
+        ] {
+            let step = AdamWStep {
+                lr: 1e-3,
+                beta1: 0.9,
+                beta2: 0.99,
+                eps: 1e-8,
+                weight_decay,
+                grad_scale,
+                step: t,
+            };
+            let (m0, v0) = moments
+                .clone()
+                .unwrap_or_else(|| (grad.zeros_like(), grad.zeros_like()));
+            let want = adamw_tensor_ops(param.clone(), grad.clone(), m0, v0, &step);
+            let got = adamw(param.clone(), grad.clone(), moments, &step);
+            let what = format!("adamw on {name} at step {t}");
+            assert_close(
+                &format!("{what}: param"),
+                values(got.0),
+                values(want.0),
+                1e-6,
+            );
+            assert_close(&format!("{what}: m"), values(got.1), values(want.1), 1e-9);
+            assert_close(&format!("{what}: v"), values(got.2), values(want.2), 1e-11);
         }
     }
 }

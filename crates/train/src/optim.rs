@@ -11,6 +11,7 @@ use std::path::Path;
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Tensor, TensorData};
+use headlab_kernels::{AdamWStep, adamw};
 use thiserror::Error;
 
 /// Hyper-parameters of [`AdamW`].
@@ -128,28 +129,22 @@ impl ModuleMapper for Update<'_> {
         let n: usize = shape.iter().product();
         let p = tensor.inner();
         let c = self.optim.config;
-        let t = self.optim.step as i32;
+        let step = AdamWStep {
+            lr: self.lr,
+            beta1: c.beta1,
+            beta2: c.beta2,
+            eps: c.eps,
+            weight_decay: if D >= 2 { c.weight_decay } else { 0.0 },
+            grad_scale: self.grad_scale,
+            step: self.optim.step as i32,
+        };
 
         // [..] -> [n]: moments are stored flat so one map holds every rank.
-        let g = grad.reshape([n]).mul_scalar(self.grad_scale);
         let name = self.path.name();
-        let prev = self.optim.state.remove(&name).unwrap_or_else(|| Moments {
-            m: g.zeros_like(),
-            v: g.zeros_like(),
-        });
-        let m = prev.m.mul_scalar(c.beta1) + g.clone().mul_scalar(1.0 - c.beta1);
-        let v = prev.v.mul_scalar(c.beta2) + g.square().mul_scalar(1.0 - c.beta2);
-        let m_hat = m.clone().div_scalar(1.0 - c.beta1.powi(t));
-        let v_hat = v.clone().div_scalar(1.0 - c.beta2.powi(t));
-        let delta = m_hat.div(v_hat.sqrt().add_scalar(c.eps));
+        let prev = self.optim.state.remove(&name).map(|prev| (prev.m, prev.v));
+        let (updated, m, v) = adamw(p.reshape([n]), grad.reshape([n]), prev, &step);
         self.optim.state.insert(name, Moments { m, v });
-
-        let decay = if D >= 2 {
-            self.lr * c.weight_decay
-        } else {
-            0.0
-        };
-        let updated = p.mul_scalar(1.0 - decay) - delta.reshape(shape).mul_scalar(self.lr);
+        let updated = updated.reshape(shape);
         let mut updated = Tensor::from_inner(updated);
         if require_grad {
             updated = updated.require_grad();
