@@ -8,8 +8,10 @@
 //! - [`scores`]: what each attention head does, as numbers; [`heads`]: probes, ablation and
 //!   the head table; [`heads_view`]: attention maps and the HTML explorer; [`lab`]: experiments.
 //! - [`compare`]: one model on several backends, agreement and speed.
+//! - [`alloc`]: keeping the allocator's freed pages while training.
 //! - [`backend`]: choosing a Burn backend by name; [`cli`]: the `headlab` command line.
 
+pub mod alloc;
 pub mod backend;
 pub mod cli;
 pub mod compare;

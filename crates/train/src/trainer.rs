@@ -20,6 +20,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use thiserror::Error;
 
+use crate::alloc::KeepFreedPages;
 use crate::backend::{Backend, BackendError};
 use crate::config::{ConfigError, DataSection, DataSource, RunConfig, ValidationError};
 use crate::data::{DataError, Dataset, Split, read_text};
@@ -391,6 +392,7 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
     let backend: Backend = tc.backend.parse()?;
     let device = backend.device()?.autodiff();
     let eval_device = device.clone().inner();
+    let _keep_pages = KeepFreedPages::new();
     let adam = AdamWConfig {
         beta1: tc.beta1,
         beta2: tc.beta2,

@@ -315,6 +315,8 @@ fn train_step(bench: &mut Bench, backend: Backend, device: &Device, peak_gflops:
         weight_decay: 0.1,
     });
     let mut slot = Some(model);
+    // As `headlab train` runs its loop.
+    let _keep_pages = headlab_train::alloc::KeepFreedPages::new();
     let group = format!("train_step_{backend}");
     let (ms, memory) = bench.run(&ad, &group, "b12_t", t, || {
         let model = slot.take().expect("model");
