@@ -156,7 +156,7 @@ macro_rules! host_backend {
             }
 
             fn gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
-                gelu_forward::<Self>(x).0
+                gelu_forward::<Self>(x)
             }
 
             fn layer_norm(
@@ -222,10 +222,10 @@ impl<B: HostAccess, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         let x = x.into_primitive();
         match prep.compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (y, saved) = gelu_forward::<B>(x);
+                let (y, saved) = gelu_forward_tracked::<B>(x);
                 prep.finish(Arc::new(saved), y)
             }
-            OpsKind::UnTracked(prep) => prep.finish(gelu_forward::<B>(x).0),
+            OpsKind::UnTracked(prep) => prep.finish(gelu_forward::<B>(x)),
         }
     }
 
@@ -424,10 +424,10 @@ fn attention_forward<B: HostAccess>(
 // ---------------------------------------------------------------------------------------------
 // GELU
 
-/// GELU's input, for its derivative.
+/// GELU's derivative at its input, for the backward.
 #[derive(Debug)]
 struct GeluSaved<D> {
-    x: HostData,
+    derivative: Vec<f32>,
     shape: Shape,
     device: D,
 }
@@ -442,16 +442,30 @@ impl<B: HostAccess> Backward<B, 1> for GeluBackward {
         let [node_x] = ops.parents.map(|n| n.map(|n| n.id));
         let d_y = B::to_host(grads.consume::<B>(&ops.node));
         let s = ops.state;
-        let dx = || pointwise::gelu_backward(s.x.as_slice(), d_y.as_slice());
+        let dx = || pointwise::gelu_backward(&s.derivative, d_y.as_slice());
         register::<B>(grads, node_x, dx, &s.shape, &s.device);
     }
 }
 
-fn gelu_forward<B: HostAccess>(x: FloatTensor<B>) -> (FloatTensor<B>, GeluSaved<DeviceOf<B>>) {
+fn gelu_forward<B: HostAccess>(x: FloatTensor<B>) -> FloatTensor<B> {
     let (shape, device) = (x.shape(), x.device());
     let x = B::to_host(x);
-    let y = B::from_host(pointwise::gelu(x.as_slice()), shape.clone(), &device);
-    (y, GeluSaved { x, shape, device })
+    B::from_host(pointwise::gelu(x.as_slice()), shape, &device)
+}
+
+fn gelu_forward_tracked<B: HostAccess>(
+    x: FloatTensor<B>,
+) -> (FloatTensor<B>, GeluSaved<DeviceOf<B>>) {
+    let (shape, device) = (x.shape(), x.device());
+    let x = B::to_host(x);
+    let (y, derivative) = pointwise::gelu_with_derivative(x.as_slice());
+    let y = B::from_host(y, shape.clone(), &device);
+    let saved = GeluSaved {
+        derivative,
+        shape,
+        device,
+    };
+    (y, saved)
 }
 
 // ---------------------------------------------------------------------------------------------

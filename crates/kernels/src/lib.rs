@@ -22,6 +22,7 @@
 mod adamw;
 pub mod cpu;
 mod ext;
+mod fresh;
 mod gemm;
 pub mod pointwise;
 mod simd;

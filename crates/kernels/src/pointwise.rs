@@ -3,6 +3,9 @@
 
 use rayon::prelude::*;
 
+use std::mem::MaybeUninit;
+
+use crate::fresh::fresh;
 use crate::gemm::{View, matmul, product};
 use crate::simd::exp;
 
@@ -37,51 +40,56 @@ fn normal_cdf_pdf(x: f32) -> (f32, f32) {
 }
 
 crate::simd::dispatch! {
-    fn gelu_slice / gelu_slice_baseline(x: &[f32], y: &mut [f32]) {
+    fn gelu_slice / gelu_slice_baseline(x: &[f32], y: &mut [MaybeUninit<f32>]) {
+        assert_eq!(x.len(), y.len(), "gelu: chunk lengths differ");
         for (y, &x) in y.iter_mut().zip(x) {
-            *y = x * normal_cdf_pdf(x).0;
+            y.write(x * normal_cdf_pdf(x).0);
         }
     }
 }
 
 crate::simd::dispatch! {
-    fn gelu_backward_slice / gelu_backward_slice_baseline(x: &[f32], dy: &mut [f32]) {
-        for (g, &x) in dy.iter_mut().zip(x) {
+    fn gelu_derivative_slice / gelu_derivative_slice_baseline(
+        x: &[f32],
+        y: &mut [MaybeUninit<f32>],
+        derivative: &mut [MaybeUninit<f32>],
+    ) {
+        assert!(x.len() == y.len() && x.len() == derivative.len(), "gelu: chunk lengths differ");
+        for ((y, d), &x) in y.iter_mut().zip(derivative.iter_mut()).zip(x) {
             let (cdf, pdf) = normal_cdf_pdf(x);
-            *g *= cdf + x * pdf;
+            y.write(x * cdf);
+            d.write(cdf + x * pdf);
         }
     }
 }
 
 /// Exact (erf) GELU, `x * Phi(x)`, what `torch.nn.GELU()` computes.
 pub fn gelu(x: &[f32]) -> Vec<f32> {
-    let mut y = vec![0.0f32; x.len()];
-    if x.len() <= CHUNK {
-        gelu_slice(x, &mut y);
-    } else {
-        y.par_chunks_mut(CHUNK)
-            .zip(x.par_chunks(CHUNK))
-            .for_each(|(y, x)| gelu_slice(x, y));
-    }
+    let ([y], _) = fresh([(x.len(), CHUNK)], |i, [y]| {
+        gelu_slice(&x[i * CHUNK..][..y.len()], y)
+    });
     y
 }
 
-/// `d_y * gelu'(x)`: `gelu'(x) = Phi(x) + x phi(x)`.
-pub fn gelu_backward(x: &[f32], d_y: &[f32]) -> Vec<f32> {
+/// [`gelu`] and its derivative `gelu'(x) = Phi(x) + x phi(x)` from the same `Phi` and `phi`:
+/// the backward is then one product ([`gelu_backward`]) instead of a second pass of `erfc`
+/// and `exp`, and keeps `gelu'` in place of the input.
+pub fn gelu_with_derivative(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
+    let n = x.len();
+    let ([y, derivative], _) = fresh([(n, CHUNK), (n, CHUNK)], |i, [y, d]| {
+        gelu_derivative_slice(&x[i * CHUNK..][..y.len()], y, d)
+    });
+    (y, derivative)
+}
+
+/// `d_y * gelu'(x)`, from the derivative [`gelu_with_derivative`] kept.
+pub fn gelu_backward(derivative: &[f32], d_y: &[f32]) -> Vec<f32> {
     assert_eq!(
-        x.len(),
+        derivative.len(),
         d_y.len(),
-        "gelu_backward: x and d_y differ in length"
+        "gelu_backward: derivative and d_y differ in length"
     );
-    let mut d_y = d_y.to_vec();
-    if x.len() <= CHUNK {
-        gelu_backward_slice(x, &mut d_y);
-    } else {
-        d_y.par_chunks_mut(CHUNK)
-            .zip(x.par_chunks(CHUNK))
-            .for_each(|(g, x)| gelu_backward_slice(x, g));
-    }
-    d_y
+    derivative.iter().zip(d_y).map(|(d, g)| d * g).collect()
 }
 
 /// LayerNorm over the last dimension `d` of `x` (rows of `d`): `y = x_hat * gamma + beta`,
@@ -99,18 +107,11 @@ pub fn layer_norm(
         "layer_norm: x is not rows of {d}"
     );
     assert_eq!(beta.len(), d, "layer_norm: beta is not [{d}]");
-    let rows = x.len() / d;
-    let (mut y, mut x_hat, mut rstd) = (vec![0.0; x.len()], vec![0.0; x.len()], vec![0.0; rows]);
-    let task = ROWS_PER_TASK * d;
-    if rows <= ROWS_PER_TASK {
-        layer_norm_rows(x, gamma, beta, eps, &mut y, &mut x_hat, &mut rstd);
-        return (y, x_hat, rstd);
-    }
-    y.par_chunks_mut(task)
-        .zip(x_hat.par_chunks_mut(task))
-        .zip(rstd.par_chunks_mut(ROWS_PER_TASK))
-        .zip(x.par_chunks(task))
-        .for_each(|(((y, x_hat), rstd), x)| layer_norm_rows(x, gamma, beta, eps, y, x_hat, rstd));
+    let (rows, task) = (x.len() / d, ROWS_PER_TASK * d);
+    let shapes = [(x.len(), task), (x.len(), task), (rows, ROWS_PER_TASK)];
+    let ([y, x_hat, rstd], _) = fresh(shapes, |i, [y, x_hat, rstd]| {
+        layer_norm_rows(&x[i * task..][..y.len()], gamma, beta, eps, y, x_hat, rstd)
+    });
     (y, x_hat, rstd)
 }
 
@@ -120,23 +121,26 @@ crate::simd::dispatch! {
         gamma: &[f32],
         beta: &[f32],
         eps: f32,
-        y: &mut [f32],
-        x_hat: &mut [f32],
-        rstd: &mut [f32],
+        y: &mut [MaybeUninit<f32>],
+        x_hat: &mut [MaybeUninit<f32>],
+        rstd: &mut [MaybeUninit<f32>],
     ) {
         let d = gamma.len();
+        assert!(
+            y.len() == x.len() && x_hat.len() == x.len() && rstd.len() * d == x.len(),
+            "layer_norm: chunk lengths differ"
+        );
         let rows = x.chunks_exact(d).zip(y.chunks_exact_mut(d).zip(x_hat.chunks_exact_mut(d)));
         for ((x, (y, x_hat)), rstd) in rows.zip(rstd) {
             let mean = crate::simd::sum(x) / d as f32;
-            for (h, &v) in x_hat.iter_mut().zip(x) {
-                *h = v - mean;
-            }
-            let var = crate::simd::dot(x_hat, x_hat) / d as f32;
+            let var = crate::simd::centered_squares(x, mean) / d as f32;
             let r = 1.0 / (var + eps).sqrt();
-            *rstd = r;
-            for ((y, h), (g, b)) in y.iter_mut().zip(x_hat.iter_mut()).zip(gamma.iter().zip(beta)) {
-                *h *= r;
-                *y = *h * g + b;
+            rstd.write(r);
+            let outs = y.iter_mut().zip(x_hat.iter_mut());
+            for ((y, h), ((&x, &g), &b)) in outs.zip(x.iter().zip(gamma).zip(beta)) {
+                let normed = (x - mean) * r;
+                h.write(normed);
+                y.write(normed * g + b);
             }
         }
     }
@@ -162,25 +166,19 @@ pub fn layer_norm_backward(
         "layer_norm_backward: rstd is not one per row"
     );
     let task = ROWS_PER_TASK * d;
-    let mut dx = vec![0.0f32; d_y.len()];
-    if rstd.len() <= ROWS_PER_TASK {
-        let (mut dgamma, mut dbeta) = (vec![0.0f32; d], vec![0.0f32; d]);
-        layer_norm_backward_rows(d_y, x_hat, rstd, gamma, &mut dx, &mut dgamma, &mut dbeta);
-        return (dx, dgamma, dbeta);
-    }
     // Each task sums its rows' gamma and beta gradients; the partial sums are added after.
-    let partials: Vec<(Vec<f32>, Vec<f32>)> = dx
-        .par_chunks_mut(task)
-        .zip(d_y.par_chunks(task).zip(x_hat.par_chunks(task)))
-        .zip(rstd.par_chunks(ROWS_PER_TASK))
-        .map(|((dx, (d_y, x_hat)), rstd)| {
-            let (mut dgamma, mut dbeta) = (vec![0.0f32; d], vec![0.0f32; d]);
-            layer_norm_backward_rows(d_y, x_hat, rstd, gamma, dx, &mut dgamma, &mut dbeta);
-            (dgamma, dbeta)
-        })
-        .collect();
-    let (mut dgamma, mut dbeta) = (vec![0.0f32; d], vec![0.0f32; d]);
-    for (g, b) in partials {
+    let ([dx], partials) = fresh([(d_y.len(), task)], |i, [dx]| {
+        let (mut dgamma, mut dbeta) = (vec![0.0f32; d], vec![0.0f32; d]);
+        let rows = i * ROWS_PER_TASK..i * ROWS_PER_TASK + dx.len() / d;
+        let (d_y, x_hat) = (&d_y[i * task..][..dx.len()], &x_hat[i * task..][..dx.len()]);
+        layer_norm_backward_rows(d_y, x_hat, &rstd[rows], gamma, dx, &mut dgamma, &mut dbeta);
+        (dgamma, dbeta)
+    });
+    let mut sums = partials.into_iter();
+    let (mut dgamma, mut dbeta) = sums
+        .next()
+        .unwrap_or_else(|| (vec![0.0f32; d], vec![0.0f32; d]));
+    for (g, b) in sums {
         dgamma.iter_mut().zip(&g).for_each(|(a, v)| *a += v);
         dbeta.iter_mut().zip(&b).for_each(|(a, v)| *a += v);
     }
@@ -193,25 +191,26 @@ crate::simd::dispatch! {
         x_hat: &[f32],
         rstd: &[f32],
         gamma: &[f32],
-        dx: &mut [f32],
+        dx: &mut [MaybeUninit<f32>],
         dgamma: &mut [f32],
         dbeta: &mut [f32],
     ) {
         let d = gamma.len();
+        assert!(
+            d_y.len() == dx.len() && x_hat.len() == dx.len() && rstd.len() * d == dx.len(),
+            "layer_norm_backward: chunk lengths differ"
+        );
         let rows = d_y.chunks_exact(d).zip(x_hat.chunks_exact(d)).zip(dx.chunks_exact_mut(d));
         for (((d_y, x_hat), dx), &r) in rows.zip(rstd) {
-            let (mut sum_g, mut sum_gx) = (0.0f32, 0.0f32);
             for i in 0..d {
                 dgamma[i] += d_y[i] * x_hat[i];
                 dbeta[i] += d_y[i];
-                let g = d_y[i] * gamma[i];
-                dx[i] = g;
-                sum_g += g;
-                sum_gx += g * x_hat[i];
             }
-            let (mean_g, mean_gx) = (sum_g / d as f32, sum_gx / d as f32);
-            for (dx, h) in dx.iter_mut().zip(x_hat) {
-                *dx = r * (*dx - mean_g - h * mean_gx);
+            // With g = d_y * gamma; sums in lanes, so the loops vectorise.
+            let mean_g = crate::simd::dot(d_y, gamma) / d as f32;
+            let mean_gx = crate::simd::dot3(d_y, gamma, x_hat) / d as f32;
+            for (((dx, &dy), &g), &h) in dx.iter_mut().zip(d_y).zip(gamma).zip(x_hat) {
+                dx.write(r * (dy * g - mean_g - h * mean_gx));
             }
         }
     }
@@ -306,9 +305,11 @@ mod tests {
     fn gelu_and_its_derivative_match_f64() {
         let xs: Vec<f32> = (0..40_001).map(|i| -10.0 + i as f32 * 5e-4).collect();
         let y = gelu(&xs);
-        let dy = gelu_backward(&xs, &vec![1.0; xs.len()]);
-        let mut baseline = vec![0.0; xs.len()];
-        gelu_slice_baseline(&xs, &mut baseline);
+        let (y_too, derivative) = gelu_with_derivative(&xs);
+        assert_eq!(y, y_too, "gelu_with_derivative's values differ from gelu's");
+        let grad_out: Vec<f32> = (0..xs.len()).map(|i| 1.0 + (i % 3) as f32).collect();
+        let dy = gelu_backward(&derivative, &grad_out);
+        let ([baseline], _) = fresh([(xs.len(), xs.len())], |_, [y]| gelu_slice_baseline(&xs, y));
         for (i, &x) in xs.iter().enumerate() {
             let x64 = x as f64;
             let want = gelu64(x64);
@@ -325,10 +326,12 @@ mod tests {
             );
             let h = 1e-4;
             let slope = (gelu64(x64 + h) - gelu64(x64 - h)) / (2.0 * h);
+            let g = grad_out[i] as f64;
             assert!(
-                (dy[i] as f64 - slope).abs() < 1e-6,
-                "gelu'({x}) = {} vs {slope}",
-                dy[i]
+                (dy[i] as f64 - g * slope).abs() < 1e-6 * g,
+                "{g} gelu'({x}) = {} vs {}",
+                dy[i],
+                g * slope
             );
         }
     }

@@ -178,6 +178,45 @@ pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+/// `sum((x - mean)^2)`, in lanes.
+#[inline(always)]
+pub(crate) fn centered_squares(xs: &[f32], mean: f32) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let chunks = xs.chunks_exact(8);
+    let tail: f32 = chunks
+        .remainder()
+        .iter()
+        .map(|x| (x - mean) * (x - mean))
+        .sum();
+    for c in chunks {
+        for l in 0..8 {
+            let v = c[l] - mean;
+            lanes[l] += v * v;
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// `sum(a * b * c)`, in lanes.
+#[inline(always)]
+pub(crate) fn dot3(a: &[f32], b: &[f32], c: &[f32]) -> f32 {
+    let mut lanes = [0.0f32; 8];
+    let (ca, cb, cc) = (a.chunks_exact(8), b.chunks_exact(8), c.chunks_exact(8));
+    let tail: f32 = (ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .zip(cc.remainder()))
+    .map(|((x, y), z)| x * y * z)
+    .sum();
+    for ((x, y), z) in ca.zip(cb).zip(cc) {
+        for l in 0..8 {
+            lanes[l] += x[l] * y[l] * z[l];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
 /// `e^x` to about 2 ulp, branch-free so loops over it vectorise (libm's `expf` is a call per
 /// element). Cephes' `expf`: `x = n ln 2 + r`, `|r| <= ln 2 / 2`, a polynomial for `e^r`,
 /// and `2^n` built in the exponent bits. Inputs below -87.3 give ~1e-38 instead of 0.
