@@ -6,6 +6,7 @@ one training step at nanoGPT's CPU recipe, and, with --recipe-data, the whole re
 (2000 iterations with evaluation, as configs/shakespeare-char-cpu.toml).
 
     python bench/reference/bench.py [--quick] [--threads N] [--out FILE] [--recipe-data FILE]
+        [--recipe-seed N]
 """
 
 import argparse
@@ -129,7 +130,7 @@ def train_step(peak_gflops, warm, meas):
     }
 
 
-def recipe(path, iters):
+def recipe(path, iters, seed=1337):
     """configs/shakespeare-char-cpu.toml in PyTorch: nanoGPT's train.py loop."""
     text = open(path, encoding="utf-8").read()
     chars = sorted(set(text))
@@ -138,7 +139,7 @@ def recipe(path, iters):
     n = int(0.9 * len(data))
     splits = {"train": data[:n], "val": data[n:]}
     b, t = 12, 64
-    torch.manual_seed(1337)
+    torch.manual_seed(seed)
     model = GPT(GPTConfig(vocab_size=len(chars)))
     opt = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99))
 
@@ -179,7 +180,13 @@ def recipe(path, iters):
         opt.step()
         opt.zero_grad(set_to_none=True)
     wall = time.perf_counter() - start
-    return {"iters": iters, "val_loss": losses["val"], "train_loss": losses["train"], "wall_s": wall}
+    return {
+        "iters": iters,
+        "seed": seed,
+        "val_loss": losses["val"],
+        "train_loss": losses["train"],
+        "wall_s": wall,
+    }
 
 
 def main():
@@ -189,6 +196,7 @@ def main():
     p.add_argument("--out", default="torch.json")
     p.add_argument("--recipe-data", default=None)
     p.add_argument("--recipe-iters", type=int, default=2000)
+    p.add_argument("--recipe-seed", type=int, default=1337, help="the recipe's torch seed")
     p.add_argument("--only", default=None, help="comma-separated: attention, train_step")
     a = p.parse_args()
     only = set(a.only.split(",")) if a.only else None
@@ -212,7 +220,7 @@ def main():
     if runs("train_step"):
         out["train_step"] = [train_step(out["matmul"][0]["gflops"], warm, meas)]
     if a.recipe_data:
-        out["recipe"] = recipe(a.recipe_data, a.recipe_iters)
+        out["recipe"] = recipe(a.recipe_data, a.recipe_iters, a.recipe_seed)
     with open(a.out, "w") as f:
         json.dump(out, f, indent=2)
     print(f"wrote {a.out}", file=sys.stderr)
