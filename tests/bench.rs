@@ -107,6 +107,19 @@ fn quick_bench_writes_every_section_and_ratios_against_a_reference() {
     );
     assert_eq!(report["torch"], torch);
 
+    // The CPU is named in both files, as /proc/cpuinfo's first "model name" line has it.
+    if let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") {
+        let model = info
+            .lines()
+            .find(|l| l.starts_with("model name"))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, m)| m.trim());
+        if let Some(model) = model {
+            assert_eq!(report["cpu"]["model"], model);
+            assert!(md.contains(&format!("cores of {model} (")), "{md}");
+        }
+    }
+
     for heading in [
         "## Matmul peak",
         "## Attention op",

@@ -209,7 +209,12 @@ def main():
     warm, meas = (0.1, 0.3) if a.quick else (1.0, 3.0)
     ts = [64, 128] if a.quick else [64, 128, 256, 512, 1024, 2048]
     long_t = 256 if a.quick else 8192
-    out = {"torch": torch.__version__, "threads": torch.get_num_threads(), "quick": a.quick}
+    out = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "quick": a.quick,
+    }
     out["matmul"] = [matmul(256 if a.quick else 1024, warm, meas)]
     out["attention"], out["train_step"] = [], []
     if runs("attention"):

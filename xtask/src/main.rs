@@ -20,7 +20,7 @@ enum Task {
     /// Benchmarks: matmul peak, attention op over T, batched heads vs a per-head loop, the
     /// training step at nanoGPT's CPU recipe with MFU, generation with and without the KV
     /// cache, and the recipe end to end on tiny-shakespeare. Writes
-    /// bench/results/<date>-<host>[-quick][-tN][-partial].json and .md.
+    /// bench/results/<date>-<host>[-quick][-tN][-partial][-2, -3, ...].json and .md.
     Bench(BenchArgs),
 }
 

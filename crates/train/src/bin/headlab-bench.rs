@@ -478,6 +478,7 @@ fn bench() {
         "quick": quick,
         "threads": std::env::var("RAYON_NUM_THREADS").ok(),
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
+        "cpu": cpu(),
         "matmul": [], "attention": [], "heads": [], "train_step": [], "generation": [],
         "unavailable": {},
     });
@@ -584,6 +585,7 @@ fn bench() {
         "{date}-{host}{}{threads}{partial}",
         if quick { "-quick" } else { "" }
     );
+    let stem = unused_stem(&args.results, &stem);
     let json_path = args.results.join(format!("{stem}.json"));
     let md_path = args.results.join(format!("{stem}.md"));
     let text = serde_json::to_string_pretty(&out).expect("json");
@@ -592,6 +594,20 @@ fn bench() {
     std::fs::write(&md_path, &md).expect("writing the report");
     println!("{md}");
     eprintln!("wrote {} and {}", json_path.display(), md_path.display());
+}
+
+/// `stem`, or `stem-2`, `stem-3`, ... whichever has neither a `.json` nor a `.md` in `dir`:
+/// host names repeat (every VM here is `vm`), and a second run on one day must not overwrite
+/// results a README links to.
+fn unused_stem(dir: &Path, stem: &str) -> String {
+    std::iter::once(stem.to_string())
+        .chain((2..).map(|i| format!("{stem}-{i}")))
+        .find(|s| {
+            !["json", "md"]
+                .iter()
+                .any(|e| dir.join(format!("{s}.{e}")).exists())
+        })
+        .expect("an unused name")
 }
 
 /// The nanoGPT CPU recipe end to end (configs/shakespeare-char-cpu.toml) on `backend`, run
@@ -691,6 +707,32 @@ fn today() -> String {
     format!("{y:04}-{m:02}-{d:02}")
 }
 
+/// The CPU's model name and widest vector extension, from `/proc/cpuinfo` (Linux; "unknown"
+/// elsewhere). Ratios against PyTorch depend on which SIMD kernels each side gets, so every
+/// report names the CPU it ran on.
+fn cpu() -> Value {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |name: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == name))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let flags = field("flags").unwrap_or_default();
+    let has = |f: &str| flags.split_whitespace().any(|x| x == f);
+    let simd = if has("avx512f") {
+        "AVX-512"
+    } else if has("avx2") {
+        "AVX2"
+    } else {
+        "no AVX2"
+    };
+    json!({
+        "model": field("model name").unwrap_or_else(|| "unknown".into()),
+        "simd": if flags.is_empty() { "unknown" } else { simd },
+    })
+}
+
 fn hostname() -> String {
     std::fs::read_to_string("/etc/hostname")
         .map(|h| h.trim().to_string())
@@ -736,17 +778,22 @@ fn markdown(out: &Value) -> String {
     let torch = &out["torch"];
     let has_torch = !torch.is_null();
     let mut s = format!(
-        "# headlab benchmarks, {} on {}\n\n{} cores, RAYON_NUM_THREADS={}{}{}. Times are medians \
-         of criterion's samples (min-max in brackets). Made by `cargo xtask bench{}`.\n",
+        "# headlab benchmarks, {} on {}\n\n{} cores of {} ({}), RAYON_NUM_THREADS={}{}{}. Times \
+         are medians of criterion's samples (min-max in brackets). Made by `cargo xtask bench{}`.\n",
         out["date"].as_str().unwrap_or("?"),
         out["host"].as_str().unwrap_or("?"),
         out["cores"],
+        out["cpu"]["model"].as_str().unwrap_or("an unrecorded CPU"),
+        out["cpu"]["simd"].as_str().unwrap_or("?"),
         out["threads"].as_str().unwrap_or("unset"),
         if has_torch {
             format!(
-                ", PyTorch {} with {} threads",
+                ", PyTorch {} with {} threads{}",
                 torch["torch"].as_str().unwrap_or("?"),
-                torch["threads"]
+                torch["threads"],
+                torch["cpu_capability"]
+                    .as_str()
+                    .map_or(String::new(), |c| format!(" (ATen's {c} kernels)"))
             )
         } else {
             String::new()
@@ -902,4 +949,20 @@ fn markdown(out: &Value) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_second_run_on_one_day_gets_a_new_name() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(unused_stem(dir.path(), "d-vm"), "d-vm");
+        std::fs::write(dir.path().join("d-vm.json"), "{}").unwrap();
+        assert_eq!(unused_stem(dir.path(), "d-vm"), "d-vm-2");
+        // A report alone (its JSON deleted) still holds the name.
+        std::fs::write(dir.path().join("d-vm-2.md"), "").unwrap();
+        assert_eq!(unused_stem(dir.path(), "d-vm"), "d-vm-3");
+    }
 }
