@@ -7,7 +7,7 @@
 #
 # DATA=FILE points at tiny-shakespeare (default ../shared/datasets/tinyshakespeare/input.txt).
 # Needs the venv that `cargo xtask bench --with-torch` creates. Writes
-# bench/results/<date>-<host>-seeds.md. Each seed takes about a minute per side here.
+# bench/results/<date>-<host>-seeds[-2, ...].md. Each seed takes about a minute per side here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,7 +42,10 @@ for seed in "${seeds[@]}"; do
   rows+=("$seed $ours $theirs")
 done
 
-out=bench/results/$(date +%F)-$(hostname -s)-seeds.md
+# Like the bench's results, a second run on one day gets -2, -3, ... instead of overwriting.
+stem=bench/results/$(date +%F)-$(hostname -s)-seeds
+out=$stem.md
+for i in $(seq 2 99); do [ -e "$out" ] || break; out=$stem-$i.md; done
 printf '%s\n' "${rows[@]}" | "$python" -c '
 import statistics, sys
 rows = [line.split() for line in sys.stdin if line.strip()]
