@@ -5,13 +5,13 @@
 #
 #   bench/recipe-seeds.sh [SEED ...]         (default: 1337 1338 1339 1340 1341)
 #
-# DATA=FILE points at tiny-shakespeare (default ../shared/datasets/tinyshakespeare/input.txt).
+# DATA=FILE points at tiny-shakespeare (default datasets/tinyshakespeare/input.txt).
 # Needs the venv that `cargo xtask bench --with-torch` creates. Writes
 # bench/results/<date>-<host>-seeds[-2, ...].md. Each seed takes about a minute per side here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-data=${DATA:-../shared/datasets/tinyshakespeare/input.txt}
+data=${DATA:-datasets/tinyshakespeare/input.txt}
 if [ ! -f "$data" ]; then
   echo "recipe-seeds: $data not found: see datasets/README.md, or set DATA=FILE" >&2
   exit 1

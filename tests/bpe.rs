@@ -6,16 +6,15 @@ use std::path::Path;
 use std::process::Output;
 use std::sync::LazyLock;
 
+use headlab_data::batch_tensors;
+use headlab_data::bits_per_char;
+use headlab_data::corpus::grammar;
+use headlab_data::{Tokenizer, TokenizerKind};
 use headlab_train::backend::Backend;
-use headlab_train::corpus::grammar;
-use headlab_train::data::bits_per_char;
 use headlab_train::run::RunDir;
-use headlab_train::tokenizer::{Tokenizer, TokenizerKind};
-use headlab_train::trainer::{batch_tensors, model_config};
 use proptest::prelude::*;
 
-mod common;
-use common::{headlab, ok};
+use crate::common::{headlab, ok};
 
 /// Fails with a message (exit code 2) that contains every one of `parts`, and no panic.
 fn fails_with(out: &Output, parts: &[&str]) {
@@ -175,7 +174,7 @@ fn a_bpe_run_trains_resumes_samples_and_reports_bits_per_char() {
     let saved = std::fs::read_to_string(run.join("tokenizer.json")).unwrap();
     let tokenizer = Tokenizer::load(run.join("tokenizer.json")).unwrap();
     assert_eq!(tokenizer.kind(), TokenizerKind::Bpe);
-    let (train_text, _) = headlab_train::data::split_text(&CORPUS, 0.1);
+    let (train_text, _) = headlab_data::dataset::split_text(&CORPUS, 0.1);
     assert_eq!(tokenizer, Tokenizer::train_bpe(train_text, 320).unwrap());
     assert_eq!(tokenizer.vocab_size(), 320);
 
@@ -269,7 +268,7 @@ fn a_bpe_run_trains_resumes_samples_and_reports_bits_per_char() {
 
     let rd = RunDir::open(&run).unwrap();
     let config = rd.config().unwrap();
-    let gpt = model_config(&config, tokenizer.vocab_size());
+    let gpt = config.model.clone().with_vocab_size(tokenizer.vocab_size());
     let (model, _) = rd
         .load_model("last", &gpt, &Backend::Flex.device().unwrap())
         .unwrap();
@@ -294,7 +293,7 @@ fn a_bpe_run_trains_resumes_samples_and_reports_bits_per_char() {
 
     // The val split too: its characters are the text after the 90% cut.
     let eval = ok(&headlab(&["eval", "run", "--split", "val"], dir.path()));
-    let (_, val_text) = headlab_train::data::split_text(&changed, 0.1);
+    let (_, val_text) = headlab_data::dataset::split_text(&changed, 0.1);
     let val_tokens = tokenizer.encode(val_text).unwrap();
     let first = tokenizer.decode_token_bytes(&val_tokens[..1]).len();
     let val_chars = val_text.char_indices().filter(|&(i, _)| i >= first).count();
@@ -390,17 +389,13 @@ fn the_shipped_bpe_recipe_is_the_char_recipe_with_bpe_tokens() {
     );
 }
 
-/// On tiny-shakespeare (when present), a BPE run validates on exactly the char model's
+/// On tiny-shakespeare, a BPE run validates on exactly the char model's
 /// validation text, so their bits per character compare.
 #[test]
 fn real_shakespeare_bpe_validates_on_the_char_models_text() {
-    use headlab_train::data::{Dataset, Split};
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/datasets/tinyshakespeare/input.txt");
-    if !path.exists() {
-        eprintln!("skipped: {} not present", path.display());
-        return;
-    }
+    use headlab_data::{Dataset, Split};
+    let path =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets/tinyshakespeare/input.txt");
     let text = std::fs::read_to_string(&path).unwrap();
     let chars = Dataset::from_text(&text, TokenizerKind::Char, 0.1, "c").unwrap();
     let bpe = Dataset::build(&text, TokenizerKind::Bpe, 1024, 0.1, "b").unwrap();

@@ -2,8 +2,7 @@
 
 use std::path::Path;
 
-mod common;
-use common::{headlab, ok};
+use crate::common::{headlab, ok};
 
 /// A 2-layer, 2-head model small enough to train in a few seconds.
 const TINY: &[&str] = &[

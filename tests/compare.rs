@@ -3,8 +3,7 @@
 
 use std::path::Path;
 
-mod common;
-use common::{headlab_env, ok};
+use crate::common::{headlab_env, ok};
 
 /// Small enough that lavapipe compiles its kernels in under a minute.
 const TINY: &[&str] = &[

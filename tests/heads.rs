@@ -3,8 +3,7 @@
 
 use std::process::Command;
 
-mod common;
-use common::{headlab, ok};
+use crate::common::{headlab, ok};
 
 /// Chromium, or `None` with a "skipped" line unless `HEADLAB_REQUIRE_CHROMIUM=1` (CI sets it).
 fn chromium() -> Option<String> {
@@ -58,7 +57,7 @@ fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
     ok(&headlab(&train, dir.path()));
     let run = dir.path().join("g");
     // Tracking wrote one row per head at steps 0, 10, 20, 30.
-    let tracked = std::fs::read_to_string(run.join("heads.csv")).unwrap();
+    let tracked = std::fs::read_to_string(run.join("head_history.csv")).unwrap();
     assert_eq!(tracked.lines().count(), 1 + 4 * 4, "{tracked}");
     assert!(run.join("heads.png").is_file());
 
@@ -219,7 +218,7 @@ fn a_short_lab_induction_run_forms_an_induction_head() {
         "train.eval_interval=300",
     ];
     ok(&headlab(&args, dir.path()));
-    let history = std::fs::read_to_string(dir.path().join("lab/run/heads.csv")).unwrap();
+    let history = std::fs::read_to_string(dir.path().join("lab/run/head_history.csv")).unwrap();
     let last_step = history
         .lines()
         .last()

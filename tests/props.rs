@@ -6,10 +6,9 @@
 use std::sync::LazyLock;
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use headlab_data::Tokenizer;
 use headlab_model::{ForwardOptions, Gpt};
 use headlab_train::config::{Norm, Positional, RunConfig};
-use headlab_train::tokenizer::Tokenizer;
-use headlab_train::trainer::model_config;
 use proptest::prelude::*;
 
 /// Encodes, decodes, and does the same with the tokenizer written to disk and read back.
@@ -142,7 +141,7 @@ proptest! {
         seed in any::<u64>(),
     ) {
         prop_assert!(config.validate().is_ok(), "{:?}", config.validate());
-        let gpt = model_config(&config, vocab);
+        let gpt = config.model.clone().with_vocab_size(vocab);
         prop_assert!(gpt.validate().is_ok(), "{:?}", gpt.validate());
         let device = Device::flex();
         device.seed(seed);

@@ -56,9 +56,9 @@ struct BenchArgs {
     /// ~/.cache/headlab/torch-venv on first use, about 5 GB from PyPI).
     #[arg(long)]
     with_torch: bool,
-    /// The tiny-shakespeare text for the recipe (default:
-    /// ../shared/datasets/tinyshakespeare/input.txt; the recipe is skipped, with a note,
-    /// when it is absent).
+    /// The tiny-shakespeare text for the recipe (default: the repository's
+    /// datasets/tinyshakespeare/input.txt; the recipe is skipped, with a note, when it is
+    /// absent).
     #[arg(long)]
     data: Option<PathBuf>,
     /// Recipe iterations (default 2000, 200 with --quick; 0 skips it).
@@ -78,7 +78,7 @@ fn bench(args: BenchArgs) -> Result<()> {
     let root = root();
     let data = args
         .data
-        .unwrap_or_else(|| root.join("../shared/datasets/tinyshakespeare/input.txt"));
+        .unwrap_or_else(|| root.join("datasets/tinyshakespeare/input.txt"));
     let recipe_iters = args
         .recipe_iters
         .unwrap_or(if args.quick { 200 } else { 2000 });

@@ -2,11 +2,14 @@
 //!
 //! - [`MultiHeadAttention`]: batched heads, grouped-query K/V, causal and padding masks,
 //!   per-head weights on request and a head mask for ablation.
+//! - [`mask`]: causal and padding masks, and the score masked positions get.
 //! - [`sdpa`]: scaled dot-product attention alone, the op each head runs.
+//! - [`rope`]: rotary position embeddings on queries and keys.
 //! - [`reference`]: a per-head loop and an f64 implementation it is tested against.
 //!
 //! The crate names no backend: it takes tensors and a [`burn::tensor::Device`], and its tests
-//! run on each backend.
+//! run on each backend. It depends on `headlab-kernels` (for the CPU ops) and Burn, nothing
+//! else of headlab.
 
 #![warn(missing_docs)]
 
@@ -23,10 +26,9 @@ mod testing;
 mod tests;
 
 pub use error::AttentionConfigError;
-pub use mask::{causal_mask, padding_mask};
+pub use mask::{MASKED_SCORE, causal_mask, padding_mask};
 pub use mha::{
-    AttentionOptions, AttentionOutput, MASKED_SCORE, MultiHeadAttention, MultiHeadAttentionConfig,
-    Qkv,
+    AttentionOptions, AttentionOutput, MultiHeadAttention, MultiHeadAttentionConfig, Qkv,
 };
 pub use rope::apply_rope;
 pub use sdpa::{

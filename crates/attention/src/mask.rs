@@ -3,6 +3,10 @@
 
 use burn::tensor::{Bool, Device, Tensor};
 
+/// Score given to masked positions before the softmax. Finite, so a row whose keys are all
+/// masked gives uniform weights instead of NaN; large enough that `exp` underflows to exactly 0.
+pub const MASKED_SCORE: f32 = -1.0e9;
+
 /// Causal mask for `t_q` queries that are the last `t_q` of `t_k` positions: query `i` may see
 /// key `j` only when `j <= i + (t_k - t_q)`.
 ///

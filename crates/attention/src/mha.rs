@@ -18,10 +18,6 @@ use headlab_kernels::{flash_attention_heads_last, linear_layer};
 use crate::error::AttentionConfigError;
 use crate::sdpa::{attention_weights, scaled_dot_product_attention};
 
-/// Score given to masked positions before the softmax. Finite, so a row whose keys are all
-/// masked gives uniform weights instead of NaN; large enough that `exp` underflows to exactly 0.
-pub const MASKED_SCORE: f32 = -1.0e9;
-
 /// Configuration of [`MultiHeadAttention`].
 #[derive(Config, Debug)]
 pub struct MultiHeadAttentionConfig {

@@ -7,7 +7,8 @@
 
 use burn::tensor::{Device, Tensor, TensorData, activation::softmax};
 
-use crate::mha::{MASKED_SCORE, MultiHeadAttention};
+use crate::mask::MASKED_SCORE;
+use crate::mha::MultiHeadAttention;
 
 /// Columns of `w [d_in, d_out]` that belong to head `h` of width `d_k`.
 fn head_cols(w: Tensor<2>, h: usize, d_k: usize) -> Tensor<2> {

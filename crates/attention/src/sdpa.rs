@@ -18,8 +18,8 @@ use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn::tensor::{Bool, Tensor};
 
+use crate::mask::MASKED_SCORE;
 use crate::mask::causal_mask;
-use crate::mha::MASKED_SCORE;
 
 /// Post-softmax weights `softmax(q k^T / sqrt(d_k))`, masked causally (query `i` is the
 /// `t_k - t_q + i`-th key, so a KV cache can pass fewer queries than keys) and, where given,

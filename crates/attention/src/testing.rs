@@ -2,7 +2,7 @@
 
 use burn::module::Param;
 use burn::nn::Linear;
-use burn::tensor::{Device, DeviceKind, Tensor, TensorData};
+use burn::tensor::{Device, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -12,37 +12,9 @@ pub fn cpu_devices() -> Vec<(&'static str, Device)> {
     vec![("flex", Device::flex()), ("ndarray", Device::ndarray())]
 }
 
-/// A wgpu device if an adapter works here. Without one the test is skipped with a message,
-/// unless `HEADLAB_REQUIRE_WGPU=1`, which turns the skip into a failure (CI sets it).
+/// A wgpu device if an adapter works here (see [`headlab_kernels::wgpu_for_tests`]).
 pub fn wgpu_device() -> Option<Device> {
-    let required = std::env::var("HEADLAB_REQUIRE_WGPU").is_ok_and(|v| v == "1");
-    let probe = |kind: DeviceKind| {
-        std::panic::catch_unwind(|| {
-            let device = Device::wgpu(kind);
-            let sum: f32 = Tensor::<1>::ones([4], &device).sum().into_scalar();
-            (sum == 4.0).then_some(device)
-        })
-        .ok()
-        .flatten()
-    };
-    let previous_hook = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let found = probe(DeviceKind::DefaultDevice).or_else(|| probe(DeviceKind::Cpu));
-    std::panic::set_hook(previous_hook);
-    match found {
-        Some(device) => Some(device),
-        None if required => panic!(
-            "HEADLAB_REQUIRE_WGPU=1 but no wgpu adapter works: install a Vulkan driver \
-             (Debian: apt-get install mesa-vulkan-drivers)"
-        ),
-        None => {
-            eprintln!(
-                "skipped: no wgpu adapter (install mesa-vulkan-drivers for lavapipe, or set \
-                 HEADLAB_REQUIRE_WGPU=1 to make this a failure)"
-            );
-            None
-        }
-    }
+    headlab_kernels::wgpu_for_tests()
 }
 
 /// Seeded standard-normal-ish values (uniform in [-1, 1) is enough for these checks).

@@ -1,6 +1,5 @@
 //! AdamW's update of one parameter as one pass over its values, where Burn's tensor ops take a
-//! dozen passes and as many fresh (zero-filled) buffers: 5% of a training step at nanoGPT's CPU
-//! recipe went to them.
+//! dozen passes and as many fresh (zero-filled) buffers (their cost: bench/NOTES.md).
 
 /// One AdamW step's settings for one parameter, with PyTorch's `torch.optim.AdamW` semantics.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -120,6 +120,9 @@ impl<'a> Head<'a> {
 /// Output (in `layout`) and the log-sum-exp of each row's scaled scores (`[b, h, t_q]` heads
 /// first, `[b, t_q, h]` heads last).
 ///
+/// One function on purpose: the blocked forward in the algorithm's order (module docs), so it
+/// reads against the paper step by step.
+///
 /// # Panics
 /// If a slice does not match `dims`, or `causal` with `t_q > t_k` (a query with no key).
 pub fn forward(
@@ -222,6 +225,9 @@ pub fn forward(
 
 /// Gradients `(dq, dk, dv)` of `sum(d_out * forward(q, k, v))`, from the forward's `out` and
 /// `lse`, all in `layout`.
+///
+/// One function on purpose, like [`forward`]: the recomputing backward in the algorithm's
+/// order.
 ///
 /// # Panics
 /// As [`forward`], or if `out`, `lse` or `d_out` do not match `dims`.

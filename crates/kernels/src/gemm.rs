@@ -140,8 +140,8 @@ unsafe fn raw_gemm(
 
 /// A new row-major `rows x rhs.cols` matrix `alpha * lhs * rhs`, computed in blocks of
 /// `per_task` rows on rayon's pool, block `r0..r0 + m` being `lhs(r0, m) * rhs`. Every element
-/// is written once by `gemm`: the buffer is never zeroed first (zeroing the outputs was 14% of
-/// an evaluation forward).
+/// is written once by `gemm`: the buffer is never zeroed first (zeroing would be a whole extra
+/// pass over the outputs; bench/NOTES.md).
 ///
 /// # Panics
 /// If a block's `lhs` is not `m x rhs.rows`.

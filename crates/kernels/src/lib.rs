@@ -10,17 +10,24 @@
 //! (wgpu) [`supports`] says no and callers keep their own path.
 //!
 //! [`gelu`] and [`layer_norm`] do the same for the two other chains of small ops that the
-//! training profile showed (GELU's scalar `erff` alone was 9% of a step): one vectorised pass
-//! each way instead of a node per primitive op. [`linear`] runs a layer as one `gemm` per
+//! training profile showed (bench/NOTES.md): one vectorised pass each way instead of a node
+//! per primitive op. [`linear`] runs a layer as one `gemm` per
 //! direction on flex's buffers in place (Burn's splits `[b, t, d]` inputs into `b` products and
 //! copies strided operands). [`adamw`] updates a parameter and its moments in one pass. Each
 //! falls back to Burn's ops where the kernels do not run.
 //!
+//! Modules: [`cpu`] (flash attention on host memory), `device` (a wgpu device that works), `ext` (the ops registered with Burn
+//! and their backward), [`pointwise`] (GELU, LayerNorm), `gemm` (matrix products on strided
+//! views), `simd` (run-time CPU-feature dispatch), `fresh` (outputs never zeroed first),
+//! `adamw` (the one-pass update).
+//!
 //! This is the one crate of headlab that names backends; `headlab-attention` and
-//! `headlab-model` call it through these functions and stay backend-generic.
+//! `headlab-model` call it through these functions and stay backend-generic. It depends on
+//! Burn alone and must not depend on any other headlab crate.
 
 mod adamw;
 pub mod cpu;
+mod device;
 mod ext;
 mod fresh;
 mod gemm;
@@ -31,6 +38,7 @@ use burn::backend::{Dispatch, DispatchDevice};
 use burn::tensor::{DType, Tensor};
 
 pub use adamw::AdamWStep;
+pub use device::{wgpu_device, wgpu_for_tests};
 pub use ext::KernelBackend;
 
 /// Whether the kernels run on this tensor: f32 on `flex` or `ndarray`.

@@ -1,6 +1,5 @@
 //! The decoder's configuration and its validation.
 
-use burn::config::Config;
 use headlab_attention::{AttentionConfigError, MultiHeadAttentionConfig};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -29,62 +28,130 @@ pub enum Norm {
     Post,
 }
 
-/// Configuration of [`Gpt`](crate::Gpt).
-#[derive(Config, Debug, PartialEq)]
+/// Configuration of [`Gpt`](crate::Gpt), and the `[model]` section of a run config.
+///
+/// Every field has a default, so a config file lists only what differs; unknown keys are
+/// errors. `vocab_size` comes from the tokenizer: a run config leaves it out (0 there means
+/// "unset") and the trainer fills it in with [`with_vocab_size`](Self::with_vocab_size).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
 pub struct GptConfig {
-    /// Number of distinct tokens.
+    /// Number of distinct tokens. Set from the tokenizer; not a `[model]` key.
+    #[serde(skip_serializing_if = "is_zero")]
     pub vocab_size: usize,
-    /// Longest context the model sees (positions 0..block_size).
-    #[config(default = 64)]
+    /// Longest context the model sees (positions 0..block_size). Default 64.
     pub block_size: usize,
-    /// Width of the residual stream.
-    #[config(default = 128)]
+    /// Width of the residual stream. Default 128.
     pub d_model: usize,
-    /// Number of transformer blocks.
-    #[config(default = 4)]
+    /// Number of transformer blocks. Default 4.
     pub n_layers: usize,
-    /// Query heads per block; each gets `d_k = d_model / n_heads`.
-    #[config(default = 4)]
+    /// Query heads per block; each gets `d_k = d_model / n_heads`. Default 4.
     pub n_heads: usize,
-    /// Key/value heads per block (grouped-query attention). `None` means `n_heads`.
-    #[config(default = "None")]
+    /// Key/value heads per block (grouped-query attention); must divide `n_heads`.
+    /// Default: none, meaning `n_heads` (plain multi-head attention).
     pub n_kv_heads: Option<usize>,
-    /// Hidden width of the MLP. `None` means `4 * d_model`.
-    #[config(default = "None")]
+    /// Hidden width of the MLP. Default: none, meaning `4 * d_model`.
     pub d_ff: Option<usize>,
-    /// Dropout on embeddings, attention weights and residual branches while training.
-    #[config(default = 0.0)]
+    /// Dropout on embeddings, attention weights and residual branches while training, in
+    /// [0, 1). Default 0.0 (small data, short runs).
     pub dropout: f64,
-    /// Biases in the linear layers and LayerNorms.
-    #[config(default = true)]
+    /// Biases in the linear layers and LayerNorms. Default true.
     pub bias: bool,
-    /// How positions are encoded.
-    #[config(default = "Positional::Learned")]
+    /// How positions are encoded: `learned`, `sinusoidal` or `rope`. Default `learned`.
     pub positional: Positional,
-    /// Pre- or post-LayerNorm blocks.
-    #[config(default = "Norm::Pre")]
+    /// Pre- or post-LayerNorm blocks: `pre` or `post`. Default `pre`.
     pub norm: Norm,
-    /// Share the token embedding with the LM head (GPT-2 does).
-    #[config(default = true)]
+    /// Share the token embedding with the LM head (GPT-2 does). Default true.
     pub tie_embeddings: bool,
     /// Blocks without MLPs: the attention-only models used to study induction heads.
-    #[config(default = false)]
+    /// Default false.
     pub attn_only: bool,
 }
 
-/// A [`GptConfig`] that cannot be built.
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+impl Default for GptConfig {
+    fn default() -> Self {
+        Self {
+            vocab_size: 0,
+            block_size: 64,
+            d_model: 128,
+            n_layers: 4,
+            n_heads: 4,
+            n_kv_heads: None,
+            d_ff: None,
+            dropout: 0.0,
+            bias: true,
+            positional: Positional::Learned,
+            norm: Norm::Pre,
+            tie_embeddings: true,
+            attn_only: false,
+        }
+    }
+}
+
+/// `with_<field>(value)` builders, as Burn's configs have them.
+macro_rules! builders {
+    ($($with:ident => $field:ident: $ty:ty),* $(,)?) => {
+        $(
+            #[doc = concat!("Sets `", stringify!($field), "`.")]
+            pub fn $with(mut self, $field: $ty) -> Self {
+                self.$field = $field;
+                self
+            }
+        )*
+    };
+}
+
+/// A [`GptConfig`] that cannot be built. Every message names the `[model]` key and the fix.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum GptConfigError {
     /// A size is zero.
-    #[error("model.{field} must be at least 1, got 0")]
+    #[error("model.{field} is 0 but must be at least 1 (default {default})")]
     Zero {
         /// The offending field.
         field: &'static str,
+        /// Its default, as a user would write it.
+        default: &'static str,
+    },
+    /// The heads cannot split the residual stream evenly.
+    #[error(
+        "model.d_model = {d_model} is not divisible by model.n_heads = {n_heads}, so the heads \
+         cannot split the residual stream evenly; use model.n_heads = {}, or a model.d_model \
+         that is a multiple of {n_heads} ({})",
+        join_or(.head_choices), join_or(.d_model_choices)
+    )]
+    HeadsDoNotDivide {
+        /// Model width.
+        d_model: usize,
+        /// Requested heads.
+        n_heads: usize,
+        /// The head counts dividing d_model just below and above n_heads.
+        head_choices: Vec<usize>,
+        /// The multiples of n_heads just below and above d_model.
+        d_model_choices: Vec<usize>,
+    },
+    /// The query heads cannot be grouped evenly over the key/value heads.
+    #[error(
+        "model.n_kv_heads = {n_kv_heads} does not divide model.n_heads = {n_heads}; each \
+         key/value head must serve the same number of query heads, so use model.n_kv_heads = {}",
+        join_or(.choices)
+    )]
+    KvHeadsDoNotDivide {
+        /// Query heads.
+        n_heads: usize,
+        /// Requested key/value heads.
+        n_kv_heads: usize,
+        /// Key/value head counts that divide n_heads.
+        choices: Vec<usize>,
     },
     /// RoPE rotates pairs of dimensions.
     #[error(
-        "model.positional = \"rope\" needs an even d_k, but d_model / n_heads = {d_model} / \
-         {n_heads} = {d_k}: choose n_heads so that d_k is even, or positional = \"learned\""
+        "model.positional = \"rope\" rotates pairs of dimensions, but the head dimension \
+         model.d_model / model.n_heads = {d_model} / {n_heads} = {d_k} is odd; change \
+         model.n_heads or model.d_model, or use model.positional = \"learned\""
     )]
     RopeOddDk {
         /// Model width.
@@ -95,23 +162,77 @@ pub enum GptConfigError {
         d_k: usize,
     },
     /// Sinusoidal encodings interleave sines and cosines.
-    #[error("model.positional = \"sinusoidal\" needs an even d_model, got {0}")]
+    #[error(
+        "model.positional = \"sinusoidal\" needs an even model.d_model, got {0}; use an even \
+         d_model or model.positional = \"learned\""
+    )]
     SinusoidalOddDModel(usize),
     /// Dropout outside [0, 1).
-    #[error("model.dropout must be in [0, 1), got {0}; use 0 to turn it off")]
+    #[error("model.dropout = {0} is out of range: it must be in [0, 1); use 0 to turn it off")]
     Dropout(f64),
-    /// The attention layer rejected its sizes.
+    /// `vocab_size` in a `[model]` section.
+    #[error(
+        "model.vocab_size = {0} is set, but the vocabulary comes from the tokenizer; remove it \
+         and choose data.tokenizer (and data.vocab_size for bpe) instead"
+    )]
+    VocabSizeInConfig(usize),
+    /// The attention layer rejected its sizes for a reason the checks above do not cover.
     #[error("model.{0}")]
-    Attention(#[from] AttentionConfigError),
+    Attention(AttentionConfigError),
+}
+
+fn join_or(items: &[usize]) -> String {
+    let items: Vec<String> = items.iter().map(|i| i.to_string()).collect();
+    match items.split_last() {
+        None => String::new(),
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+    }
+}
+
+/// The entries of the sorted `choices` just below and just above `target`.
+fn nearest(choices: &[usize], target: usize) -> Vec<usize> {
+    let below = choices.iter().rev().find(|&&c| c < target);
+    let above = choices.iter().find(|&&c| c > target);
+    below.into_iter().chain(above).copied().collect()
 }
 
 impl GptConfig {
-    /// Head width `d_model / n_heads`.
-    pub fn d_k(&self) -> usize {
-        self.d_model / self.n_heads.max(1)
+    /// A config with every default and `vocab_size` tokens.
+    pub fn new(vocab_size: usize) -> Self {
+        Self {
+            vocab_size,
+            ..Self::default()
+        }
     }
 
-    /// MLP hidden width.
+    builders! {
+        with_vocab_size => vocab_size: usize,
+        with_block_size => block_size: usize,
+        with_d_model => d_model: usize,
+        with_n_layers => n_layers: usize,
+        with_n_heads => n_heads: usize,
+        with_n_kv_heads => n_kv_heads: Option<usize>,
+        with_d_ff => d_ff: Option<usize>,
+        with_dropout => dropout: f64,
+        with_bias => bias: bool,
+        with_positional => positional: Positional,
+        with_norm => norm: Norm,
+        with_tie_embeddings => tie_embeddings: bool,
+        with_attn_only => attn_only: bool,
+    }
+
+    /// Head width `d_model / n_heads` (0 when `n_heads` is 0; validate first).
+    pub fn d_k(&self) -> usize {
+        self.d_model.checked_div(self.n_heads).unwrap_or(0)
+    }
+
+    /// Key/value heads after applying the default (`n_heads`).
+    pub fn kv_heads(&self) -> usize {
+        self.n_kv_heads.unwrap_or(self.n_heads)
+    }
+
+    /// MLP hidden width after applying the default (`4 * d_model`).
     pub fn mlp_width(&self) -> usize {
         self.d_ff.unwrap_or(4 * self.d_model)
     }
@@ -132,24 +253,67 @@ impl GptConfig {
         0.02 / (2.0 * self.n_layers.max(1) as f64).sqrt()
     }
 
-    /// Checks every field, naming it and the fix when it cannot work.
+    /// Checks every field, including that `vocab_size` was set.
     pub fn validate(&self) -> Result<(), GptConfigError> {
-        for (field, value) in [
-            ("vocab_size", self.vocab_size),
-            ("block_size", self.block_size),
-            ("d_model", self.d_model),
-            ("n_layers", self.n_layers),
-            ("n_heads", self.n_heads),
-            ("d_ff", self.mlp_width()),
-        ] {
-            if value == 0 {
-                return Err(GptConfigError::Zero { field });
+        if self.vocab_size == 0 {
+            return Err(GptConfigError::Zero {
+                field: "vocab_size",
+                default: "from the tokenizer",
+            });
+        }
+        self.validate_section()
+    }
+
+    /// Checks every field but `vocab_size`: the `[model]` section of a run config, before the
+    /// tokenizer is known.
+    pub fn validate_section(&self) -> Result<(), GptConfigError> {
+        let zero_checks: [(&'static str, Option<usize>, &'static str); 6] = [
+            ("block_size", Some(self.block_size), "64"),
+            ("d_model", Some(self.d_model), "128"),
+            ("n_layers", Some(self.n_layers), "4"),
+            ("n_heads", Some(self.n_heads), "4"),
+            ("n_kv_heads", self.n_kv_heads, "model.n_heads"),
+            ("d_ff", self.d_ff, "4 * model.d_model"),
+        ];
+        for (field, value, default) in zero_checks {
+            if value == Some(0) {
+                return Err(GptConfigError::Zero { field, default });
             }
         }
-        if !(0.0..1.0).contains(&self.dropout) {
-            return Err(GptConfigError::Dropout(self.dropout));
+        // The attention layer owns the head arithmetic; its errors are restated with the
+        // [model] keys and the nearest values that work.
+        match self.attention().validate() {
+            Ok(()) => {}
+            Err(AttentionConfigError::HeadsDoNotDivide {
+                d_model,
+                n_heads,
+                valid,
+            }) => {
+                let multiples = [
+                    d_model / n_heads * n_heads,
+                    (d_model / n_heads + 1) * n_heads,
+                ];
+                return Err(GptConfigError::HeadsDoNotDivide {
+                    d_model,
+                    n_heads,
+                    head_choices: nearest(&valid, n_heads),
+                    d_model_choices: multiples.into_iter().filter(|&m| m > 0).collect(),
+                });
+            }
+            Err(AttentionConfigError::KvHeadsDoNotDivide {
+                n_heads,
+                n_kv_heads,
+                valid,
+            }) => {
+                return Err(GptConfigError::KvHeadsDoNotDivide {
+                    n_heads,
+                    n_kv_heads,
+                    choices: valid,
+                });
+            }
+            Err(AttentionConfigError::Dropout(p)) => return Err(GptConfigError::Dropout(p)),
+            Err(other) => return Err(GptConfigError::Attention(other)),
         }
-        self.attention().validate()?;
         match self.positional {
             Positional::Rope if !self.d_k().is_multiple_of(2) => Err(GptConfigError::RopeOddDk {
                 d_model: self.d_model,
@@ -197,5 +361,26 @@ impl GptConfig {
         } else {
             non_embedding
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suggestions_are_the_nearest_values_that_work() {
+        let divisors = |n: usize| (1..=n).filter(|k| n.is_multiple_of(*k)).collect::<Vec<_>>();
+        assert_eq!(nearest(&divisors(130), 4), vec![2, 5]);
+        assert_eq!(nearest(&divisors(7), 9), vec![7]);
+        assert_eq!(join_or(&[1, 2, 3]), "1, 2 or 3");
+        let e = GptConfig::new(10)
+            .with_d_model(3)
+            .with_n_heads(4)
+            .validate_section();
+        assert!(
+            matches!(&e, Err(GptConfigError::HeadsDoNotDivide { d_model_choices, .. }) if *d_model_choices == vec![4]),
+            "{e:?}"
+        );
     }
 }

@@ -7,7 +7,8 @@
 //!   top-k and top-p.
 //! - [`Gpt::save_weights`] / [`Gpt::load_weights`]: burnpack or safetensors.
 //!
-//! Like the attention crate it names no backend.
+//! Like the attention crate it names no backend. It depends on `headlab-attention` and
+//! `headlab-kernels` only: no data, training or analysis.
 
 #![warn(missing_docs)]
 

@@ -1,41 +1,16 @@
 //! Tests of the decoder against independent references, on every CPU backend and on wgpu.
 
 use burn::module::Module;
-use burn::tensor::{Device, DeviceKind, Int, Tensor, TensorData};
+use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::*;
+use headlab_kernels::wgpu_for_tests as wgpu_device;
 
 #[allow(deprecated)]
 fn cpu_devices() -> Vec<(&'static str, Device)> {
     vec![("flex", Device::flex()), ("ndarray", Device::ndarray())]
-}
-
-/// A working wgpu device, or `None` with a "skipped" line unless `HEADLAB_REQUIRE_WGPU=1`.
-fn wgpu_device() -> Option<Device> {
-    let required = std::env::var("HEADLAB_REQUIRE_WGPU").is_ok_and(|v| v == "1");
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let probe = |kind: DeviceKind| {
-        std::panic::catch_unwind(|| {
-            let device = Device::wgpu(kind);
-            let sum: f32 = Tensor::<1>::ones([4], &device).sum().into_scalar();
-            (sum == 4.0).then_some(device)
-        })
-        .ok()
-        .flatten()
-    };
-    let found = probe(DeviceKind::DefaultDevice).or_else(|| probe(DeviceKind::Cpu));
-    std::panic::set_hook(previous);
-    if found.is_none() {
-        assert!(
-            !required,
-            "HEADLAB_REQUIRE_WGPU=1 but no wgpu adapter works: install mesa-vulkan-drivers"
-        );
-        eprintln!("skipped: no wgpu adapter (apt-get install mesa-vulkan-drivers gives lavapipe)");
-    }
-    found
 }
 
 fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
@@ -506,33 +481,36 @@ fn invalid_configs_name_the_field() {
     let err = |c: GptConfig| Gpt::new(&c, device).map(|_| ()).unwrap_err().to_string();
     let mut no_vocab = small(Positional::Learned);
     no_vocab.vocab_size = 0;
-    assert_eq!(err(no_vocab), "model.vocab_size must be at least 1, got 0");
+    assert_eq!(
+        err(no_vocab),
+        "model.vocab_size is 0 but must be at least 1 (default from the tokenizer)"
+    );
     assert_eq!(
         err(small(Positional::Learned).with_block_size(0)),
-        "model.block_size must be at least 1, got 0"
+        "model.block_size is 0 but must be at least 1 (default 64)"
     );
     assert_eq!(
         err(small(Positional::Learned).with_n_layers(0)),
-        "model.n_layers must be at least 1, got 0"
+        "model.n_layers is 0 but must be at least 1 (default 4)"
     );
     assert!(
         err(small(Positional::Learned).with_n_heads(3))
-            .contains("d_model = 16 is not divisible by n_heads = 3")
+            .contains("model.d_model = 16 is not divisible by model.n_heads = 3")
     );
     assert!(
         err(small(Positional::Learned).with_n_kv_heads(Some(3)))
-            .contains("n_heads = 4 is not divisible by n_kv_heads = 3")
+            .contains("model.n_kv_heads = 3 does not divide model.n_heads = 4")
     );
     let e = err(GptConfig::new(10)
         .with_d_model(12)
         .with_n_heads(4)
         .with_positional(Positional::Rope));
-    assert!(e.contains("needs an even d_k") && e.contains("= 3"), "{e}");
+    assert!(e.contains("12 / 4 = 3 is odd"), "{e}");
     assert!(
         err(small(Positional::Sinusoidal)
             .with_d_model(15)
             .with_n_heads(5))
-        .contains("even d_model")
+        .contains("needs an even model.d_model")
     );
     assert!(err(small(Positional::Learned).with_dropout(1.5)).contains("model.dropout"));
 }

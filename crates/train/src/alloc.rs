@@ -1,10 +1,9 @@
 //! How the binaries' allocator (mimalloc) treats freed memory during training.
 //!
 //! mimalloc hands the pages of freed blocks back to the OS ("purging") and the next step
-//! faults them in again, zeroed by the kernel: with one thread that was 3% of a training step
-//! at nanoGPT's CPU recipe (`clear_page_erms` in the profile, 18,500 page faults in 150 steps
-//! against 1,200 without purging). A training loop reuses the same buffer sizes every step,
-//! so keeping the pages costs no more memory than the step's peak.
+//! faults them in again, zeroed by the kernel (the profile: bench/NOTES.md). A training loop
+//! reuses the same buffer sizes every step, so keeping the pages costs no more memory than
+//! the step's peak.
 #![allow(unsafe_code)]
 
 use std::os::raw::c_long;

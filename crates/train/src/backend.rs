@@ -3,7 +3,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use burn::tensor::{Device, DeviceKind, Tensor};
+use burn::tensor::Device;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -74,56 +74,8 @@ impl Backend {
     }
 }
 
-/// Finds a wgpu adapter that runs a kernel: the default (a GPU where there is one), else a
-/// CPU adapter such as lavapipe. cubecl panics when it has none, so the probe catches that.
 fn wgpu_device() -> Result<Device, BackendError> {
-    let previous = std::panic::take_hook();
-    let messages = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-    let sink = messages.clone();
-    std::panic::set_hook(Box::new(move |info| {
-        if let Ok(mut m) = sink.lock() {
-            m.push(info.to_string());
-        }
-    }));
-    let probe = |kind: DeviceKind| {
-        std::panic::catch_unwind(|| {
-            let device = Device::wgpu(kind);
-            let sum: f32 = Tensor::<1>::ones([4], &device).sum().into_scalar();
-            (sum == 4.0).then_some(device)
-        })
-        .ok()
-        .flatten()
-    };
-    let found = probe(DeviceKind::DefaultDevice).or_else(|| probe(DeviceKind::Cpu));
-    std::panic::set_hook(previous);
-    found.ok_or_else(|| {
-        // The panic that says why (cubecl's device thread), not the channel errors that
-        // follow it in the threads waiting on that one.
-        let messages = messages.lock().map(|m| m.clone()).unwrap_or_default();
-        let reasons: Vec<String> = messages
-            .iter()
-            .map(|m| {
-                m.lines()
-                    .skip(1)
-                    .collect::<Vec<_>>()
-                    .join(" ")
-                    .trim()
-                    .to_string()
-            })
-            .filter(|m| !m.is_empty())
-            .collect();
-        let reason = reasons
-            .iter()
-            .find(|m| !m.contains("RecvError") && !m.contains("SendError"))
-            .or(reasons.first())
-            .cloned()
-            .unwrap_or_default();
-        BackendError::NoAdapter(if reason.is_empty() {
-            "no adapter".into()
-        } else {
-            reason
-        })
-    })
+    headlab_kernels::wgpu_device().map_err(BackendError::NoAdapter)
 }
 
 /// Stack of rayon's worker threads: `f` in [`on_compute_pool`] runs on one of them, and

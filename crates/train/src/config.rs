@@ -11,83 +11,15 @@ use std::path::{Path, PathBuf};
 use serde::de::{self, DeserializeOwned, Visitor};
 use serde::{Deserialize, Serialize};
 
-use crate::corpus::{BuiltinCorpus, UnknownCorpus};
-use crate::tokenizer::{DEFAULT_BPE_VOCAB, MAX_BPE_VOCAB, MIN_BPE_VOCAB, TokenizerKind};
-
-/// The model's positional encoding and norm placement, as the model crate defines them.
-pub use headlab_model::{Norm, Positional};
-
-/// `[model]`. The vocabulary size is not here: it comes from the tokenizer.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ModelSection {
-    /// Context length in tokens. Default 64.
-    pub block_size: usize,
-    /// Residual stream width. Default 128.
-    pub d_model: usize,
-    /// Transformer blocks. Default 4.
-    pub n_layers: usize,
-    /// Query heads per attention layer; must divide `d_model`. Default 4.
-    pub n_heads: usize,
-    /// Key/value heads (grouped-query attention); must divide `n_heads`.
-    /// Default: none, meaning `n_heads` (plain multi-head attention).
-    pub n_kv_heads: Option<usize>,
-    /// MLP hidden width. Default: none, meaning `4 * d_model`.
-    pub d_ff: Option<usize>,
-    /// Dropout probability in [0, 1). Default 0.0 (small data, short runs).
-    pub dropout: f64,
-    /// Biases in linear layers and layer norms. Default true.
-    pub bias: bool,
-    /// `learned`, `sinusoidal` or `rope`. Default `learned`.
-    pub positional: Positional,
-    /// `pre` or `post`. Default `pre`.
-    pub norm: Norm,
-    /// Share the token embedding with the output projection. Default true.
-    pub tie_embeddings: bool,
-    /// Drop the MLPs, leaving attention only (easier circuits to read). Default false.
-    pub attn_only: bool,
-}
-
-impl Default for ModelSection {
-    fn default() -> Self {
-        Self {
-            block_size: 64,
-            d_model: 128,
-            n_layers: 4,
-            n_heads: 4,
-            n_kv_heads: None,
-            d_ff: None,
-            dropout: 0.0,
-            bias: true,
-            positional: Positional::Learned,
-            norm: Norm::Pre,
-            tie_embeddings: true,
-            attn_only: false,
-        }
-    }
-}
-
-impl ModelSection {
-    /// Key/value heads after applying the default (`n_heads`).
-    pub fn kv_heads(&self) -> usize {
-        self.n_kv_heads.unwrap_or(self.n_heads)
-    }
-
-    /// MLP width after applying the default (`4 * d_model`).
-    pub fn ff_dim(&self) -> usize {
-        self.d_ff.unwrap_or(4 * self.d_model)
-    }
-
-    /// Per-head dimension `d_model / n_heads` (0 when `n_heads` is 0; validate first).
-    pub fn head_dim(&self) -> usize {
-        self.d_model.checked_div(self.n_heads).unwrap_or(0)
-    }
-}
+/// The `[data]` section, as the data crate defines it.
+pub use headlab_data::{DataConfig, DataConfigError, DataSource};
+/// The `[model]` section is the model's own config.
+pub use headlab_model::{GptConfig, GptConfigError, Norm, Positional};
 
 /// `[train]`. Defaults follow nanoGPT's CPU recipe for shakespeare_char.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
-pub struct TrainSection {
+pub struct TrainConfig {
     /// Sequences per optimiser step (per micro-batch with `grad_accum`). Default 12.
     pub batch_size: usize,
     /// Optimiser steps. Default 2000.
@@ -126,7 +58,7 @@ pub struct TrainSection {
     pub backend: String,
 }
 
-impl Default for TrainSection {
+impl Default for TrainConfig {
     fn default() -> Self {
         Self {
             batch_size: 12,
@@ -151,75 +83,10 @@ impl Default for TrainSection {
     }
 }
 
-impl TrainSection {
+impl TrainConfig {
     /// `lr_decay_iters` after applying the default (`max_iters`).
     pub fn decay_iters(&self) -> usize {
         self.lr_decay_iters.unwrap_or(self.max_iters)
-    }
-}
-
-/// `[data]`. Exactly one of `path` and `builtin` must be set. Inside a `[data]` table
-/// both default to unset; without a `[data]` table the source is `builtin = "grammar"`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DataSection {
-    /// A UTF-8 text file, relative to the directory headlab runs in. Default: none.
-    #[serde(default)]
-    pub path: Option<PathBuf>,
-    /// A built-in corpus: `grammar`, `induction` or `copy`. Default: none in a `[data]`
-    /// table, `grammar` when the table is absent.
-    #[serde(default)]
-    pub builtin: Option<String>,
-    /// Characters of built-in corpus to generate. Default 200000.
-    pub builtin_chars: usize,
-    /// `char`, `byte` or `bpe`. Default `char`.
-    pub tokenizer: TokenizerKind,
-    /// Tokens of the `bpe` tokenizer (256 bytes plus merges), 256 to 65536; char and byte
-    /// ignore it. Default 1024.
-    pub vocab_size: usize,
-    /// Fraction of the tokens (the end of the text; for `bpe`, of the characters) held out
-    /// for validation. Default 0.1.
-    pub val_fraction: f64,
-    /// Sequence length of the `induction` corpus and longest string of `copy`. Default 16.
-    pub induction_len: usize,
-}
-
-impl Default for DataSection {
-    fn default() -> Self {
-        Self {
-            path: None,
-            builtin: Some(BuiltinCorpus::Grammar.name().to_string()),
-            builtin_chars: 200_000,
-            tokenizer: TokenizerKind::Char,
-            vocab_size: DEFAULT_BPE_VOCAB,
-            val_fraction: 0.1,
-            induction_len: 16,
-        }
-    }
-}
-
-/// Where the training text comes from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DataSource {
-    File(PathBuf),
-    Builtin(BuiltinCorpus),
-}
-
-impl DataSection {
-    /// The one data source, or why there is not exactly one.
-    pub fn source(&self) -> Result<DataSource, ValidationError> {
-        match (&self.path, &self.builtin) {
-            (Some(path), None) => Ok(DataSource::File(path.clone())),
-            (None, Some(name)) => name
-                .parse()
-                .map(DataSource::Builtin)
-                .map_err(ValidationError::UnknownBuiltin),
-            (None, None) => Err(ValidationError::NoDataSource),
-            (Some(path), Some(builtin)) => Err(ValidationError::BothDataSources {
-                path: path.clone(),
-                builtin: builtin.clone(),
-            }),
-        }
     }
 }
 
@@ -227,9 +94,12 @@ impl DataSection {
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RunConfig {
-    pub model: ModelSection,
-    pub train: TrainSection,
-    pub data: DataSection,
+    /// `[model]`: the decoder's shape (`vocab_size` comes from the tokenizer).
+    pub model: GptConfig,
+    /// `[train]`: optimiser, schedule, evaluation, backend.
+    pub train: TrainConfig,
+    /// `[data]`: the text and its tokenizer.
+    pub data: DataConfig,
 }
 
 /// Errors from reading, overriding or writing a configuration.
@@ -320,63 +190,16 @@ pub enum ValidationError {
         expected: &'static str,
     },
     #[error(
-        "model.d_model = {d_model} is not divisible by model.n_heads = {n_heads}, so the heads \
-         cannot split the residual stream evenly; use model.n_heads = {}, or a model.d_model \
-         that is a multiple of {n_heads} ({})",
-        join_or(.head_choices), join_or(.d_model_choices)
-    )]
-    HeadsDontDivide {
-        d_model: usize,
-        n_heads: usize,
-        head_choices: Vec<usize>,
-        d_model_choices: Vec<usize>,
-    },
-    #[error(
-        "model.n_kv_heads = {n_kv_heads} does not divide model.n_heads = {n_heads}; each \
-         key/value head must serve the same number of query heads, so use model.n_kv_heads = {}",
-        join_or(.choices)
-    )]
-    KvHeadsDontDivide {
-        n_heads: usize,
-        n_kv_heads: usize,
-        choices: Vec<usize>,
-    },
-    #[error(
-        "model.positional = \"rope\" rotates pairs of dimensions, but the head dimension \
-         model.d_model / model.n_heads = {d_model} / {n_heads} = {head_dim} is odd; change \
-         model.n_heads or model.d_model, or use model.positional = \"learned\""
-    )]
-    RopeOddHeadDim {
-        d_model: usize,
-        n_heads: usize,
-        head_dim: usize,
-    },
-    #[error(
         "train.min_lr = {min_lr} is above train.lr = {lr}; the schedule decays from lr down to \
          min_lr, so set train.min_lr to at most {lr} (typically lr / 10)"
     )]
     MinLrAboveLr { min_lr: f64, lr: f64 },
-    #[error(
-        "data.path and data.builtin are both unset; set one: data.builtin = \"grammar\" \
-         (or induction, copy) or data.path = \"FILE\""
-    )]
-    NoDataSource,
-    #[error(
-        "data.path = {path:?} and data.builtin = {builtin:?} are both set; keep one \
-         (--set data.path=FILE replaces the built-in corpus)"
-    )]
-    BothDataSources { path: PathBuf, builtin: String },
-    #[error("data.builtin: {0}")]
-    UnknownBuiltin(UnknownCorpus),
-}
-
-fn join_or(items: &[usize]) -> String {
-    let items: Vec<String> = items.iter().map(|i| i.to_string()).collect();
-    match items.split_last() {
-        None => String::new(),
-        Some((last, [])) => last.clone(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-    }
+    /// The `[model]` section.
+    #[error(transparent)]
+    Model(#[from] GptConfigError),
+    /// The `[data]` section.
+    #[error(transparent)]
+    Data(#[from] DataConfigError),
 }
 
 impl RunConfig {
@@ -472,9 +295,14 @@ impl RunConfig {
             .try_for_each(|a| self.apply_set(a.as_ref()))
     }
 
-    /// Checks everything that would otherwise fail (or silently misbehave) mid-run.
+    /// Checks everything that would otherwise fail (or silently misbehave) mid-run: each
+    /// section with its own rules, then what spans sections.
     pub fn validate(&self) -> Result<(), ValidationError> {
-        let (m, t, d) = (&self.model, &self.train, &self.data);
+        let (m, t) = (&self.model, &self.train);
+        if m.vocab_size != 0 {
+            return Err(GptConfigError::VocabSizeInConfig(m.vocab_size).into());
+        }
+        m.validate_section()?;
         // The head probes need a token and two copies of at least one more.
         if t.track_heads_every > 0 && m.block_size < 3 {
             return Err(ValidationError::OutOfRange {
@@ -483,13 +311,17 @@ impl RunConfig {
                 expected: "at least 3 when train.track_heads_every > 0 (or set train.track_heads_every = 0)",
             });
         }
-        let zero_checks: [(&'static str, Option<usize>, &'static str); 15] = [
-            ("model.block_size", Some(m.block_size), "64"),
-            ("model.d_model", Some(m.d_model), "128"),
-            ("model.n_layers", Some(m.n_layers), "4"),
-            ("model.n_heads", Some(m.n_heads), "4"),
-            ("model.n_kv_heads", m.n_kv_heads, "model.n_heads"),
-            ("model.d_ff", m.d_ff, "4 * model.d_model"),
+        t.validate()?;
+        self.data.validate()?;
+        Ok(())
+    }
+}
+
+impl TrainConfig {
+    /// Checks the `[train]` keys on their own.
+    pub fn validate(&self) -> Result<(), ValidationError> {
+        let t = self;
+        let zero_checks: [(&'static str, Option<usize>, &'static str); 7] = [
             ("train.batch_size", Some(t.batch_size), "12"),
             ("train.max_iters", Some(t.max_iters), "2000"),
             ("train.lr_decay_iters", t.lr_decay_iters, "train.max_iters"),
@@ -497,48 +329,13 @@ impl RunConfig {
             ("train.eval_interval", Some(t.eval_interval), "250"),
             ("train.eval_iters", Some(t.eval_iters), "200"),
             ("train.log_interval", Some(t.log_interval), "10"),
-            ("data.builtin_chars", Some(d.builtin_chars), "200000"),
-            ("data.induction_len", Some(d.induction_len), "16"),
         ];
         for (field, value, default) in zero_checks {
             if value == Some(0) {
                 return Err(ValidationError::Zero { field, default });
             }
         }
-
-        if !m.d_model.is_multiple_of(m.n_heads) {
-            return Err(ValidationError::HeadsDontDivide {
-                d_model: m.d_model,
-                n_heads: m.n_heads,
-                head_choices: nearest_divisors(m.d_model, m.n_heads),
-                d_model_choices: nearest_multiples(m.d_model, m.n_heads),
-            });
-        }
-        let kv = m.kv_heads();
-        if !m.n_heads.is_multiple_of(kv) {
-            return Err(ValidationError::KvHeadsDontDivide {
-                n_heads: m.n_heads,
-                n_kv_heads: kv,
-                choices: (1..=m.n_heads)
-                    .filter(|&k| m.n_heads.is_multiple_of(k))
-                    .collect(),
-            });
-        }
-        if m.positional == Positional::Rope && !m.head_dim().is_multiple_of(2) {
-            return Err(ValidationError::RopeOddHeadDim {
-                d_model: m.d_model,
-                n_heads: m.n_heads,
-                head_dim: m.head_dim(),
-            });
-        }
-
-        let range_checks: [(&'static str, f64, bool, &'static str); 8] = [
-            (
-                "model.dropout",
-                m.dropout,
-                (0.0..1.0).contains(&m.dropout),
-                "in [0, 1)",
-            ),
+        let range_checks: [(&'static str, f64, bool, &'static str); 6] = [
             (
                 "train.lr",
                 t.lr,
@@ -575,12 +372,6 @@ impl RunConfig {
                 t.grad_clip.is_finite() && t.grad_clip >= 0.0,
                 "at least 0 (0 turns clipping off)",
             ),
-            (
-                "data.val_fraction",
-                d.val_fraction,
-                d.val_fraction > 0.0 && d.val_fraction < 1.0,
-                "strictly between 0 and 1 (e.g. 0.1)",
-            ),
         ];
         for (field, value, ok, expected) in range_checks {
             if !ok {
@@ -597,17 +388,7 @@ impl RunConfig {
                 lr: t.lr,
             });
         }
-        if d.tokenizer == TokenizerKind::Bpe
-            && !(MIN_BPE_VOCAB..=MAX_BPE_VOCAB).contains(&d.vocab_size)
-        {
-            return Err(ValidationError::OutOfRange {
-                field: "data.vocab_size",
-                value: d.vocab_size as f64,
-                expected: "from 256 (one token per byte) to 65536 for data.tokenizer = \"bpe\" \
-                           (e.g. 1024)",
-            });
-        }
-        d.source().map(|_| ())
+        Ok(())
     }
 }
 
@@ -616,11 +397,23 @@ const SECTIONS: [&str; 3] = ["model", "train", "data"];
 /// The keys of a section, read from the serde derive so they never drift from the types.
 pub fn section_fields(section: &str) -> Option<&'static [&'static str]> {
     match section {
-        "model" => Some(struct_fields::<ModelSection>()),
-        "train" => Some(struct_fields::<TrainSection>()),
-        "data" => Some(struct_fields::<DataSection>()),
+        "model" => Some(model_fields()),
+        "train" => Some(struct_fields::<TrainConfig>()),
+        "data" => Some(struct_fields::<DataConfig>()),
         _ => None,
     }
+}
+
+/// The `[model]` keys: the model config's fields but `vocab_size`, which the tokenizer sets.
+fn model_fields() -> &'static [&'static str] {
+    static FIELDS: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+    FIELDS.get_or_init(|| {
+        struct_fields::<GptConfig>()
+            .iter()
+            .copied()
+            .filter(|&f| f != "vocab_size")
+            .collect()
+    })
 }
 
 /// Parses `raw` as a TOML value, or takes it as a string when it is not one (bare words
@@ -646,24 +439,6 @@ fn with_key(root: &mut toml::Value, section: &str, field: &str, value: toml::Val
         }
     }
     root.clone()
-}
-
-/// The divisors of `n` just below and just above `target`.
-fn nearest_divisors(n: usize, target: usize) -> Vec<usize> {
-    let below = (1..target).rev().find(|&d| n.is_multiple_of(d));
-    let above = (target + 1..=n).find(|&d| n.is_multiple_of(d));
-    below.into_iter().chain(above).collect()
-}
-
-/// The positive multiples of `m` just below and just above `n`.
-fn nearest_multiples(n: usize, m: usize) -> Vec<usize> {
-    let below = n / m * m;
-    let above = below + m;
-    (below > 0)
-        .then_some(below)
-        .into_iter()
-        .chain([above])
-        .collect()
 }
 
 /// "did you mean" for serde's "unknown field `x`, expected one of `a`, `b`" messages.
@@ -752,6 +527,8 @@ impl<'de> de::Deserializer<'de> for FieldNames<'_> {
 
 #[cfg(test)]
 mod tests {
+    use headlab_data::{BuiltinCorpus, TokenizerKind};
+
     use super::*;
 
     fn configs_dir() -> PathBuf {
@@ -805,7 +582,7 @@ mod tests {
         assert_eq!(t.eval_iters, 200);
         assert_eq!(
             c.data.source().unwrap(),
-            DataSource::File("../shared/datasets/tinyshakespeare/input.txt".into())
+            DataSource::File("datasets/tinyshakespeare/input.txt".into())
         );
     }
 
@@ -818,7 +595,7 @@ mod tests {
             (m.block_size, m.d_model, m.n_layers, m.n_heads),
             (64, 128, 4, 4)
         );
-        assert_eq!((m.kv_heads(), m.ff_dim(), m.head_dim()), (4, 512, 32));
+        assert_eq!((m.kv_heads(), m.mlp_width(), m.d_k()), (4, 512, 32));
         assert!(m.bias && m.tie_embeddings && !m.attn_only);
         assert_eq!((m.positional, m.norm), (Positional::Learned, Norm::Pre));
         assert_eq!(
@@ -855,7 +632,10 @@ mod tests {
         let c = RunConfig::from_toml_str("[data]\npath = \"x.txt\"\n", "t").unwrap();
         assert_eq!(c.data.source().unwrap(), DataSource::File("x.txt".into()));
         let c = RunConfig::from_toml_str("[data]\ntokenizer = \"byte\"\n", "t").unwrap();
-        assert_eq!(c.validate(), Err(ValidationError::NoDataSource));
+        assert_eq!(
+            c.validate(),
+            Err(ValidationError::Data(DataConfigError::NoDataSource))
+        );
     }
 
     #[test]
@@ -976,7 +756,7 @@ mod tests {
         ] {
             assert!(msg.contains(part), "{part:?} missing from {msg}");
         }
-        // The key list comes from the struct: every field of TrainSection.
+        // The key list comes from the struct: every field of TrainConfig.
         let ConfigError::SetUnknownKey { valid, .. } = err else {
             panic!("wrong variant")
         };
@@ -1096,12 +876,12 @@ mod tests {
         let err = c.validate().unwrap_err();
         assert_eq!(
             err,
-            ValidationError::HeadsDontDivide {
+            ValidationError::Model(GptConfigError::HeadsDoNotDivide {
                 d_model: 130,
                 n_heads: 4,
                 head_choices: vec![2, 5],
                 d_model_choices: vec![128, 132],
-            }
+            })
         );
         let msg = err.to_string();
         assert!(
@@ -1138,12 +918,8 @@ mod tests {
 
     #[test]
     fn helpers() {
-        assert_eq!(nearest_divisors(130, 4), vec![2, 5]);
-        assert_eq!(nearest_divisors(7, 9), vec![7]);
-        assert_eq!(nearest_multiples(3, 4), vec![4]);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
         assert_eq!(closest("n_head", &["n_heads", "n_layers"]), Some("n_heads"));
         assert_eq!(closest("zzz", &["n_heads", "n_layers"]), None);
-        assert_eq!(join_or(&[1, 2, 3]), "1, 2 or 3");
     }
 }

@@ -1,31 +1,34 @@
-//! Training, data and the `headlab` CLI.
+//! Training: the run config, run directories and checkpoints, one optimizer step, the loop,
+//! held-out evaluation, and the same steps on several backends side by side.
 //!
-//! - [`config`]: the TOML run config and `--set` overrides.
-//! - [`corpus`], [`tokenizer`], [`data`]: built-in corpora, char and byte tokenizers, splits
-//!   and batches.
-//! - [`trainer`]: the training loop; [`optim`] and [`schedule`]: AdamW and the learning rate.
-//! - [`run`]: run directories and checkpoints; [`plot`]: PNG charts; [`rss`]: peak memory.
-//! - [`scores`]: what each attention head does, as numbers; [`heads`]: probes, ablation and
-//!   the head table; [`heads_view`]: attention maps and the HTML explorer; [`lab`]: experiments.
-//! - [`compare`]: one model on several backends, agreement and speed.
-//! - [`alloc`]: keeping the allocator's freed pages while training.
-//! - [`backend`]: choosing a Burn backend by name; [`cli`]: the `headlab` command line.
+//! - [`config`]: the TOML run config ([`RunConfig`]: `[model]`, `[train]`, `[data]`) and
+//!   `--set` overrides.
+//! - [`backend`]: a Burn backend chosen by name; [`alloc`] and [`rss`]: memory.
+//! - [`run`]: run directories, checkpoints with manifests, Ctrl-C.
+//! - [`optim`], [`schedule`]: AdamW and the learning rate.
+//! - [`step`]: one optimizer step (micro-batches, clipping, AdamW).
+//! - [`eval`]: loss on held-out text.
+//! - [`metrics`]: `metrics.csv`.
+//! - [`trainer`]: the loop, with [`trainer::Observer`]s for everything it does not own
+//!   (head tracking, plots).
+//! - [`compare`]: one model on several backends, agreement and speed, as data.
+//!
+//! This crate returns data and writes only what a run needs to resume (config, tokenizer,
+//! checkpoints, metrics); it must not depend on head analysis, reports or the CLI.
 
 pub mod alloc;
 pub mod backend;
-pub mod cli;
 pub mod compare;
 pub mod config;
-pub mod corpus;
-pub mod data;
-pub mod heads;
-pub mod heads_view;
-pub mod lab;
+pub mod eval;
+pub mod metrics;
 pub mod optim;
-pub mod plot;
 pub mod rss;
 pub mod run;
 pub mod schedule;
-pub mod scores;
-pub mod tokenizer;
+pub mod step;
 pub mod trainer;
+
+pub use config::RunConfig;
+pub use run::RunDir;
+pub use trainer::{Observer, TrainError, TrainOptions, TrainSummary, train};

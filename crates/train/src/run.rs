@@ -36,7 +36,7 @@ use thiserror::Error;
 
 use crate::config::{ConfigError, RunConfig};
 use crate::optim::{AdamW, AdamWConfig, OptimStateError};
-use crate::tokenizer::{Tokenizer, TokenizerError};
+use headlab_data::{Tokenizer, TokenizerError};
 
 /// Progress saved with every checkpoint.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -66,6 +66,17 @@ pub struct Manifest {
     pub model: serde_json::Value,
     /// Size and SHA-256 of each file, by name.
     pub files: BTreeMap<String, FileDigest>,
+}
+
+/// A trained model with what it was trained with (the CLI opens runs into this).
+#[derive(Debug)]
+pub struct Trained {
+    /// The run's config.
+    pub config: RunConfig,
+    /// The run's tokenizer.
+    pub tokenizer: Tokenizer,
+    /// The checkpoint's model.
+    pub model: Gpt,
 }
 
 /// Size and checksum of one file.
@@ -195,11 +206,13 @@ pub fn interrupted() -> bool {
     interrupt_flag().load(Ordering::SeqCst)
 }
 
-/// Test hook: with `HEADLAB_TEST_PAUSE=NAME:STAGE@STEP` in the environment, the process
-/// announces `headlab-test: paused at NAME:STAGE@STEP` on stderr and sleeps when it reaches
-/// that point of writing checkpoint NAME, so tests can kill it at a known moment. Stages:
-/// `written` (files in the temporary folder, not yet renamed) and `swapped` (the old
-/// checkpoint moved aside, the new one not yet in place).
+/// Test hook, compiled only with the `test-hooks` feature (the end-to-end tests turn it on;
+/// a normal build ignores the variable): with `HEADLAB_TEST_PAUSE=NAME:STAGE@STEP` in the
+/// environment, the process announces `headlab-test: paused at NAME:STAGE@STEP` on stderr
+/// and sleeps when it reaches that point of writing checkpoint NAME, so tests can kill it at
+/// a known moment. Stages: `written` (files in the temporary folder, not yet renamed) and
+/// `swapped` (the old checkpoint moved aside, the new one not yet in place).
+#[cfg(feature = "test-hooks")]
 fn pause_point(name: &str, stage: &str, step: usize) {
     static WANTED: OnceLock<Option<String>> = OnceLock::new();
     let wanted = WANTED.get_or_init(|| std::env::var("HEADLAB_TEST_PAUSE").ok());
@@ -211,6 +224,9 @@ fn pause_point(name: &str, stage: &str, step: usize) {
         }
     }
 }
+
+#[cfg(not(feature = "test-hooks"))]
+fn pause_point(_name: &str, _stage: &str, _step: usize) {}
 
 /// Flushes a file or folder to disk.
 fn sync(path: &Path) -> Result<(), RunError> {

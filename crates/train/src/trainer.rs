@@ -6,29 +6,26 @@
 //! device RNG (dropout) are re-seeded at each iteration, so a resumed run draws exactly what
 //! an uninterrupted one would have.
 
-use std::fs::OpenOptions;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::optim::{GradientsAccumulator, GradientsParams};
-use burn::tensor::{Device, Int, Tensor, TensorData};
-use headlab_model::{Gpt, GptConfig, GptConfigError, Sampling, cross_entropy};
+use burn::tensor::Device;
+use headlab_data::{DataError, Dataset, Split, StreamDecoder, Tokenizer};
+use headlab_model::{Gpt, GptConfig, GptConfigError, Sampling};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rand::SeedableRng;
-use rand::rngs::StdRng;
 use thiserror::Error;
 
 use crate::alloc::KeepFreedPages;
 use crate::backend::{Backend, BackendError};
-use crate::config::{ConfigError, DataSection, DataSource, RunConfig, ValidationError};
-use crate::data::{DataError, Dataset, Split, read_text};
-use crate::optim::{AdamW, AdamWConfig, global_grad_norm};
-use crate::plot::{Series, line_chart};
+use crate::config::{ConfigError, RunConfig, TrainConfig, ValidationError};
+use crate::eval::estimate_loss;
+use crate::metrics::{Metric, Metrics};
+use crate::optim::{AdamW, AdamWConfig};
 use crate::run::{RunDir, RunError, TrainState};
 use crate::schedule::lr_at;
-use crate::tokenizer::Tokenizer;
+use crate::step::{gradients, update};
 
 /// Why training stopped early.
 #[derive(Debug, Error)]
@@ -117,229 +114,15 @@ pub struct TrainSummary {
     pub sample: String,
 }
 
-/// The model config for a run whose tokenizer has `vocab_size` tokens.
-pub fn model_config(config: &RunConfig, vocab_size: usize) -> GptConfig {
-    let m = &config.model;
-    GptConfig::new(vocab_size)
-        .with_block_size(m.block_size)
-        .with_d_model(m.d_model)
-        .with_n_layers(m.n_layers)
-        .with_n_heads(m.n_heads)
-        .with_n_kv_heads(m.n_kv_heads)
-        .with_d_ff(m.d_ff)
-        .with_dropout(m.dropout)
-        .with_bias(m.bias)
-        .with_positional(m.positional)
-        .with_norm(m.norm)
-        .with_tie_embeddings(m.tie_embeddings)
-        .with_attn_only(m.attn_only)
-}
-
-/// The text of `[data]`: the file, or the built-in corpus for `seed`.
-pub fn load_text(data: &DataSection, seed: u64) -> Result<(String, String), TrainError> {
-    Ok(match data.source()? {
-        DataSource::File(path) => (read_text(&path)?, path.display().to_string()),
-        DataSource::Builtin(corpus) => {
-            let text = corpus.generate(seed, data.builtin_chars, data.induction_len);
-            (text, format!("built-in {corpus} corpus (seed {seed})"))
-        }
-    })
-}
-
 /// The dataset of a run, tokenized with its saved tokenizer.
 pub fn load_dataset(config: &RunConfig, tokenizer: Tokenizer) -> Result<Dataset, TrainError> {
-    let (text, description) = load_text(&config.data, config.train.seed)?;
+    let (text, description) = config.data.load_text(config.train.seed)?;
     Ok(Dataset::with_tokenizer(
         &text,
         tokenizer,
         config.data.val_fraction,
         description,
     )?)
-}
-
-/// SplitMix64: decorrelates seeds derived from `(seed, step, stream)`.
-pub fn mix_seed(seed: u64, step: u64, stream: u64) -> u64 {
-    let mut z = seed
-        .wrapping_add(step.wrapping_mul(0x9E37_79B9_7F4A_7C15))
-        .wrapping_add(stream.wrapping_mul(0xD1B5_4A32_D192_ED03));
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
-/// The RNG stream of training batches (`mix_seed(seed, step, STREAM_BATCH)`).
-pub(crate) const STREAM_BATCH: u64 = 1;
-const STREAM_EVAL: u64 = 2;
-const STREAM_DEVICE: u64 = 3;
-
-/// `[b, t]` token tensors from flat row-major ids.
-pub fn batch_tensors(
-    x: &[u32],
-    y: &[u32],
-    b: usize,
-    t: usize,
-    device: &Device,
-) -> (Tensor<2, Int>, Tensor<2, Int>) {
-    let to = |v: &[u32]| {
-        let ids: Vec<i64> = v.iter().map(|&i| i as i64).collect();
-        Tensor::<2, Int>::from_data(TensorData::new(ids, [b, t]), device)
-    };
-    (to(x), to(y))
-}
-
-/// Mean loss over `iters` fixed batches of `split` (the same batches at every evaluation, so
-/// curves compare like with like).
-pub fn estimate_loss(
-    model: &Gpt,
-    data: &Dataset,
-    split: Split,
-    iters: usize,
-    batch_size: usize,
-    seed: u64,
-    device: &Device,
-) -> Result<f64, TrainError> {
-    let t = model.config.block_size;
-    let mut rng = StdRng::seed_from_u64(mix_seed(seed, split as u64, STREAM_EVAL));
-    let mut total = 0.0;
-    for _ in 0..iters {
-        let (x, y) = data.sample_batch(split, batch_size, t, &mut rng)?;
-        let (x, y) = batch_tensors(&x, &y, batch_size, t, device);
-        let loss: f32 = cross_entropy(model.forward(x), y, None).into_scalar();
-        total += loss as f64;
-    }
-    Ok(total / iters.max(1) as f64)
-}
-
-/// One row of `metrics.csv`.
-struct Metric<'a> {
-    step: usize,
-    split: &'a str,
-    loss: f64,
-    lr: f64,
-    tokens_per_s: f64,
-    elapsed_s: f64,
-    /// `loss` in bits per character of the split's text (comparable across tokenizers).
-    bpc: f64,
-}
-
-struct Metrics {
-    path: PathBuf,
-    evals: Vec<(usize, f64, f64)>,
-    iters: Vec<(usize, f64)>,
-}
-
-impl Metrics {
-    fn open(path: PathBuf, fresh: bool) -> Result<Self, TrainError> {
-        let mut metrics = Self {
-            path,
-            evals: Vec::new(),
-            iters: Vec::new(),
-        };
-        if fresh || !metrics.path.exists() {
-            std::fs::write(
-                &metrics.path,
-                "step,split,loss,lr,tokens_per_s,elapsed_s,bpc\n",
-            )
-            .map_err(|e| TrainError::Output(format!("{}: {e}", metrics.path.display())))?;
-        } else {
-            metrics.reload();
-        }
-        Ok(metrics)
-    }
-
-    /// Reads back earlier rows so a resumed run's plot shows the whole history.
-    fn reload(&mut self) {
-        let Ok(text) = std::fs::read_to_string(&self.path) else {
-            return;
-        };
-        let mut train = std::collections::BTreeMap::new();
-        let mut val = std::collections::BTreeMap::new();
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split(',').collect();
-            let (Some(step), Some(loss)) = (
-                f.first().and_then(|s| s.parse().ok()),
-                f.get(2).and_then(|s| s.parse().ok()),
-            ) else {
-                continue;
-            };
-            match f.get(1) {
-                Some(&"iter") => self.iters.push((step, loss)),
-                Some(&"train") => drop(train.insert(step, loss)),
-                Some(&"val") => drop(val.insert(step, loss)),
-                _ => {}
-            }
-        }
-        for (step, t) in train {
-            if let Some(&v) = val.get(&step) {
-                self.evals.push((step, t, v));
-            }
-        }
-    }
-
-    /// Drops rows past `step` (left by a run killed after its last checkpoint).
-    fn truncate_after(&mut self, step: usize) -> Result<(), TrainError> {
-        let text = std::fs::read_to_string(&self.path).unwrap_or_default();
-        let columns = text.lines().next().map_or(0, |h| h.split(',').count());
-        let mut kept: Vec<&str> = Vec::new();
-        for (i, line) in text.lines().enumerate() {
-            // A row cut short by a crash has fewer columns.
-            let keep = i == 0
-                || line.split(',').count() == columns
-                    && line
-                        .split(',')
-                        .next()
-                        .and_then(|s| s.parse::<usize>().ok())
-                        .is_some_and(|s| s <= step);
-            if keep {
-                kept.push(line);
-            }
-        }
-        let mut out = kept.join("\n");
-        out.push('\n');
-        crate::run::write_atomic(&self.path, out.as_bytes())?;
-        self.iters.retain(|&(s, _)| s <= step);
-        self.evals.retain(|&(s, _, _)| s <= step);
-        Ok(())
-    }
-
-    fn write(&mut self, m: Metric<'_>) -> Result<(), TrainError> {
-        let mut f = OpenOptions::new()
-            .append(true)
-            .open(&self.path)
-            .map_err(|e| TrainError::Output(format!("{}: {e}", self.path.display())))?;
-        writeln!(
-            f,
-            "{},{},{:.6},{:.6e},{:.1},{:.3},{:.6}",
-            m.step, m.split, m.loss, m.lr, m.tokens_per_s, m.elapsed_s, m.bpc
-        )
-        .map_err(|e| TrainError::Output(format!("{}: {e}", self.path.display())))?;
-        if m.split == "iter" {
-            self.iters.push((m.step, m.loss));
-        }
-        Ok(())
-    }
-
-    fn plot(&self, path: &Path) -> Result<(), TrainError> {
-        let series = vec![
-            Series {
-                label: "train (batch)".into(),
-                points: self.iters.iter().map(|&(s, l)| (s as f64, l)).collect(),
-                faint: true,
-            },
-            Series {
-                label: "train".into(),
-                points: self.evals.iter().map(|&(s, t, _)| (s as f64, t)).collect(),
-                faint: false,
-            },
-            Series {
-                label: "val".into(),
-                points: self.evals.iter().map(|&(s, _, v)| (s as f64, v)).collect(),
-                faint: false,
-            },
-        ];
-        line_chart(path, "loss", "step", "cross-entropy (nats/token)", &series)
-            .map_err(TrainError::Output)
-    }
 }
 
 fn progress_bar(total: usize, start: usize) -> ProgressBar {
@@ -355,67 +138,83 @@ fn progress_bar(total: usize, start: usize) -> ProgressBar {
     bar
 }
 
-/// Trains as `options` say, writing everything into the run directory.
-pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
-    // Resolve the run: a fresh directory, or an existing one and its saved config.
-    let (run, config, dataset) = if options.resume {
-        let run = RunDir::open(&options.out)?;
-        let mut config = run.config()?;
-        // `--set` changes are saved only once everything has loaded (below).
-        if !options.resume_sets.is_empty() {
-            config.apply_sets(&options.resume_sets)?;
-            config.validate()?;
-        }
-        let tokenizer = run.tokenizer()?;
-        let dataset = load_dataset(&config, tokenizer)?;
-        model_config(&config, dataset.tokenizer().vocab_size()).validate()?;
-        (run, config, dataset)
-    } else {
-        if options.out.exists() && !options.force {
-            return Err(RunError::Exists(options.out.clone()).into());
-        }
-        options.config.validate()?;
-        let config = options.config.clone();
-        let dataset = Dataset::from_config(&config.data, config.train.seed)?;
-        dataset.check_block_size(config.model.block_size)?;
-        let gpt = model_config(&config, dataset.tokenizer().vocab_size());
-        gpt.validate()?;
-        let backend: Backend = config.train.backend.parse()?;
-        backend.device()?;
-        // Everything is checked: the run directory appears with its config and tokenizer.
-        let run = RunDir::create_with(&options.out, options.force, &config, dataset.tokenizer())?;
-        (run, config, dataset)
-    };
-    dataset.check_block_size(config.model.block_size)?;
+/// AdamW as `[train]` sets it.
+pub fn adamw_config(train: &TrainConfig) -> AdamWConfig {
+    AdamWConfig {
+        beta1: train.beta1,
+        beta2: train.beta2,
+        eps: 1e-8,
+        weight_decay: train.weight_decay,
+    }
+}
+
+/// What observers learn when the loop starts: the resolved run, before its first step.
+#[derive(Debug)]
+pub struct RunStart<'a> {
+    /// The run directory.
+    pub run: &'a RunDir,
+    /// The run's config (a resumed run's saved one, with its `--set`s).
+    pub config: &'a RunConfig,
+    /// The model config, vocabulary size included.
+    pub model: &'a GptConfig,
+    /// The run's data.
+    pub dataset: &'a Dataset,
+    /// The step training starts at: 0, or a resumed run's checkpoint step.
+    pub step: usize,
+    /// Whether the run continues from a checkpoint.
+    pub resumed: bool,
+}
+
+/// An observer's failure; it stops training with its message.
+pub type ObserverError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Watches a training run from the training thread, between steps: head tracking and plots
+/// hook in here, so the loop knows nothing of them. Every method defaults to doing nothing.
+pub trait Observer {
+    /// Once, after the run, its data and its model are resolved.
+    fn start(&mut self, _start: &RunStart<'_>) -> Result<(), ObserverError> {
+        Ok(())
+    }
+    /// After the evaluation at `step` was written to `metrics.csv` and checkpointed.
+    fn evaluated(&mut self, _run: &RunDir, _step: usize) -> Result<(), ObserverError> {
+        Ok(())
+    }
+    /// Before the update at `step`, with the model as it is there (training mode: call
+    /// `valid()` for inference) and the inference device. A resumed run does not repeat
+    /// this at the step it resumes from.
+    fn at_step(
+        &mut self,
+        _step: usize,
+        _model: &Gpt,
+        _device: &Device,
+    ) -> Result<(), ObserverError> {
+        Ok(())
+    }
+}
+
+fn observer_error(e: ObserverError) -> TrainError {
+    TrainError::Output(e.to_string())
+}
+
+/// Trains as `options` say, writing everything into the run directory and telling each of
+/// `observers` what happens.
+pub fn train(
+    options: TrainOptions,
+    observers: &mut [Box<dyn Observer>],
+) -> Result<TrainSummary, TrainError> {
+    let (run, config, dataset) = resolve_run(&options)?;
     let tc = config.train.clone();
-    let gpt_config = model_config(&config, dataset.tokenizer().vocab_size());
+    let gpt_config = config
+        .model
+        .clone()
+        .with_vocab_size(dataset.tokenizer().vocab_size());
     let backend: Backend = tc.backend.parse()?;
     let device = backend.device()?.autodiff();
-    let eval_device = device.clone().inner();
     let _keep_pages = KeepFreedPages::new();
-    let adam = AdamWConfig {
-        beta1: tc.beta1,
-        beta2: tc.beta2,
-        eps: 1e-8,
-        weight_decay: tc.weight_decay,
-    };
 
     // A run killed before its first checkpoint starts again from step 0.
     let resuming = options.resume && run.has_checkpoint("last");
-    let (mut model, mut optim, mut state) = if resuming {
-        let (model, state) = run.load_model("last", &gpt_config, &device)?;
-        let optim = run.load_optim("last", adam, &device)?;
-        (model, optim, state)
-    } else {
-        device.seed(tc.seed);
-        let model = Gpt::new(&gpt_config, &device)?;
-        let state = TrainState {
-            step: 0,
-            best_val_loss: None,
-            elapsed_s: 0.0,
-        };
-        (model, AdamW::new(adam), state)
-    };
+    let (mut model, optim, state) = starting_point(&run, resuming, &gpt_config, &tc, &device)?;
     if options.resume && !options.resume_sets.is_empty() {
         run.save_config(&config)?;
     }
@@ -423,8 +222,17 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
     if resuming {
         metrics.truncate_after(state.step)?;
     }
-    let mut tracker = HeadTracker::new(&run, &dataset, &gpt_config, tc.seed, state.step, resuming)?;
-
+    let start = RunStart {
+        run: &run,
+        config: &config,
+        model: &gpt_config,
+        dataset: &dataset,
+        step: state.step,
+        resumed: resuming,
+    };
+    for observer in observers.iter_mut() {
+        observer.start(&start).map_err(observer_error)?;
+    }
     eprintln!(
         "headlab: {} parameters ({} without embeddings), {} on {}, data: {} ({} train / {} val tokens, vocab {})",
         model.num_params(),
@@ -437,159 +245,49 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
         dataset.tokenizer().vocab_size(),
     );
 
-    let (b, t) = (tc.batch_size, gpt_config.block_size);
-    let tokens_per_iter = (b * t * tc.grad_accum) as f64;
-    let bar = progress_bar(tc.max_iters, state.step);
-    let started = Instant::now() - std::time::Duration::from_secs_f64(state.elapsed_s);
-    let mut window = (Instant::now(), 0usize);
-    let mut last_losses = (f64::NAN, f64::NAN);
-    let resumed_at = resuming.then_some(state.step);
-
-    let evaluate = |model: &Gpt| -> Result<(f64, f64), TrainError> {
-        let valid = model.valid();
-        let tr = estimate_loss(
-            &valid,
-            &dataset,
-            Split::Train,
-            tc.eval_iters,
-            b,
-            tc.seed,
-            &eval_device,
-        )?;
-        let va = estimate_loss(
-            &valid,
-            &dataset,
-            Split::Val,
-            tc.eval_iters,
-            b,
-            tc.seed,
-            &eval_device,
-        )?;
-        Ok((tr, va))
+    let mut lp = Loop {
+        eval_device: device.clone().inner(),
+        device,
+        bar: progress_bar(tc.max_iters, state.step),
+        started: Instant::now() - std::time::Duration::from_secs_f64(state.elapsed_s),
+        resumed_at: resuming.then_some(state.step),
+        last_losses: (f64::NAN, f64::NAN),
+        window: (Instant::now(), 0),
+        run: &run,
+        train: &tc,
+        dataset: &dataset,
+        metrics,
+        optim,
+        state,
+        observers,
     };
-
-    let mut it = state.step;
+    let mut it = lp.state.step;
     loop {
         let lr = lr_at(it, tc.lr, tc.min_lr, tc.warmup_iters, tc.decay_iters());
-        let at_eval = it % tc.eval_interval.max(1) == 0 || it == tc.max_iters;
-        if at_eval && resumed_at != Some(it) {
-            let (tr, va) = evaluate(&model)?;
-            // A diverged model is never saved over the last good checkpoint.
-            let checked = ensure_finite(
-                &[("train loss", tr), ("val loss", va)],
-                it,
-                lr,
-                &run,
-                state.step,
-            );
-            checked.inspect_err(|_| bar.abandon())?;
-            last_losses = (tr, va);
-            let elapsed = started.elapsed().as_secs_f64();
-            for (split, loss) in [(Split::Train, tr), (Split::Val, va)] {
-                metrics.write(Metric {
-                    step: it,
-                    split: split.name(),
-                    bpc: dataset.bits_per_char(split, loss),
-                    loss,
-                    lr,
-                    tokens_per_s: 0.0,
-                    elapsed_s: elapsed,
-                })?;
+        let at_eval = it.is_multiple_of(tc.eval_interval.max(1)) || it == tc.max_iters;
+        if lp.resumed_at != Some(it) {
+            if at_eval {
+                lp.evaluate(&model, it, lr)?;
             }
-            metrics.evals.push((it, tr, va));
-            bar.suspend(|| eprintln!("step {it:>6}: train loss {tr:.4}, val loss {va:.4}"));
-            state.step = it;
-            state.elapsed_s = elapsed;
-            let improved = state.best_val_loss.is_none_or(|best| va < best);
-            if improved {
-                state.best_val_loss = Some(va);
+            for observer in lp.observers.iter_mut() {
+                observer
+                    .at_step(it, &model, &lp.eval_device)
+                    .map_err(observer_error)?;
             }
-            // `best` first: a crash between the two leaves `last` older, and the resumed run
-            // redoes (and re-saves) this step exactly.
-            if improved {
-                run.save_checkpoint("best", &model, &optim, &state)?;
-            }
-            run.save_checkpoint("last", &model, &optim, &state)?;
-            metrics.plot(&run.loss_png())?;
-        }
-        if tc.track_heads_every > 0 && it % tc.track_heads_every == 0 && resumed_at != Some(it) {
-            tracker.record(it, &model.valid(), &eval_device)?;
         }
         if it >= tc.max_iters {
             break;
         }
-        // Ctrl-C: stop between steps, with a checkpoint at this step to resume from.
-        if crate::run::interrupted() {
-            if state.step != it {
-                state.step = it;
-                state.elapsed_s = started.elapsed().as_secs_f64();
-                run.save_checkpoint("last", &model, &optim, &state)?;
-            }
-            bar.abandon();
-            return Err(TrainError::Interrupted {
-                step: it,
-                run: run.root.clone(),
-            });
-        }
-
-        // One optimizer step over grad_accum micro-batches.
-        device.seed(mix_seed(tc.seed, it as u64, STREAM_DEVICE));
-        let mut rng = StdRng::seed_from_u64(mix_seed(tc.seed, it as u64, STREAM_BATCH));
-        let mut accumulator = GradientsAccumulator::<Gpt>::new();
-        let mut loss_sum = 0.0;
-        for _ in 0..tc.grad_accum {
-            let (x, y) = dataset.sample_batch(Split::Train, b, t, &mut rng)?;
-            let (x, y) = batch_tensors(&x, &y, b, t, &device);
-            let loss = cross_entropy(model.forward(x), y, None).div_scalar(tc.grad_accum as f64);
-            loss_sum += f64::from(loss.clone().into_scalar::<f32>());
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            accumulator.accumulate(&model, grads);
-        }
-        let grads = accumulator.grads();
-        let norm = global_grad_norm(&model, &grads);
-        let checked = ensure_finite(
-            &[("loss", loss_sum), ("gradient norm", norm)],
-            it,
-            lr,
-            &run,
-            state.step,
-        );
-        checked.inspect_err(|_| bar.abandon())?;
-        let scale = if tc.grad_clip > 0.0 && norm > tc.grad_clip {
-            tc.grad_clip / (norm + 1e-6)
-        } else {
-            1.0
-        };
-        model = optim.step(model, &grads, lr, scale);
+        lp.stop_if_interrupted(&model, it)?;
+        model = lp.step(model, it, lr)?;
         it += 1;
-
-        window.1 += 1;
-        let tokens_per_s =
-            window.1 as f64 * tokens_per_iter / window.0.elapsed().as_secs_f64().max(1e-9);
-        if it % tc.log_interval.max(1) == 0 {
-            metrics.write(Metric {
-                step: it,
-                split: "iter",
-                bpc: dataset.bits_per_char(Split::Train, loss_sum),
-                loss: loss_sum,
-                lr,
-                tokens_per_s,
-                elapsed_s: started.elapsed().as_secs_f64(),
-            })?;
-            window = (Instant::now(), 0);
-        }
-        bar.set_position(it as u64);
-        bar.set_message(format!(
-            "loss {loss_sum:.4} lr {lr:.2e} {tokens_per_s:.0} tok/s"
-        ));
     }
-    bar.finish_and_clear();
+    lp.bar.finish_and_clear();
 
     // Sample from the final model.
-    let tokenizer = dataset.tokenizer();
     let sample = sample_text(
         &model.valid(),
-        tokenizer,
+        dataset.tokenizer(),
         &dataset,
         tc.sample_tokens,
         tc.seed,
@@ -597,90 +295,225 @@ pub fn train(options: TrainOptions) -> Result<TrainSummary, TrainError> {
     );
     Ok(TrainSummary {
         run: run.root.clone(),
-        train_loss: last_losses.0,
-        val_loss: last_losses.1,
+        train_loss: lp.last_losses.0,
+        val_loss: lp.last_losses.1,
         sample,
     })
 }
 
-/// Stops a run whose loss or gradient went non-finite, naming the last good checkpoint.
-fn ensure_finite(
-    values: &[(&'static str, f64)],
-    step: usize,
-    lr: f64,
+/// The run of `options` with its config and data, everything checked: a fresh directory
+/// (created only once nothing can fail), or an existing one with its saved config and
+/// `--set`s (saved once the checkpoint has loaded).
+fn resolve_run(options: &TrainOptions) -> Result<(RunDir, RunConfig, Dataset), TrainError> {
+    let (run, config, dataset) = if options.resume {
+        let run = RunDir::open(&options.out)?;
+        let mut config = run.config()?;
+        if !options.resume_sets.is_empty() {
+            config.apply_sets(&options.resume_sets)?;
+            config.validate()?;
+        }
+        let dataset = load_dataset(&config, run.tokenizer()?)?;
+        (run, config, dataset)
+    } else {
+        if options.out.exists() && !options.force {
+            return Err(RunError::Exists(options.out.clone()).into());
+        }
+        options.config.validate()?;
+        let config = options.config.clone();
+        let dataset = Dataset::from_config(&config.data, config.train.seed)?;
+        dataset.check_block_size(config.model.block_size)?;
+        let vocab_size = dataset.tokenizer().vocab_size();
+        config
+            .model
+            .clone()
+            .with_vocab_size(vocab_size)
+            .validate()?;
+        config.train.backend.parse::<Backend>()?.device()?;
+        let run = RunDir::create_with(&options.out, options.force, &config, dataset.tokenizer())?;
+        (run, config, dataset)
+    };
+    dataset.check_block_size(config.model.block_size)?;
+    let vocab_size = dataset.tokenizer().vocab_size();
+    config
+        .model
+        .clone()
+        .with_vocab_size(vocab_size)
+        .validate()?;
+    Ok((run, config, dataset))
+}
+
+/// The model, optimizer and state to start from: the `last` checkpoint of a resumed run, or
+/// a fresh initialisation seeded with `train.seed`.
+fn starting_point(
     run: &RunDir,
-    checkpoint_step: usize,
-) -> Result<(), TrainError> {
-    match values.iter().find(|(_, v)| !v.is_finite()) {
-        Some(&(what, value)) => Err(TrainError::Diverged {
+    resuming: bool,
+    gpt: &GptConfig,
+    tc: &TrainConfig,
+    device: &Device,
+) -> Result<(Gpt, AdamW, TrainState), TrainError> {
+    if resuming {
+        let (model, state) = run.load_model("last", gpt, device)?;
+        let optim = run.load_optim("last", adamw_config(tc), device)?;
+        return Ok((model, optim, state));
+    }
+    device.seed(tc.seed);
+    let model = Gpt::new(gpt, device)?;
+    let state = TrainState {
+        step: 0,
+        best_val_loss: None,
+        elapsed_s: 0.0,
+    };
+    Ok((model, AdamW::new(adamw_config(tc)), state))
+}
+
+/// What the training loop carries from step to step, besides the model.
+struct Loop<'a> {
+    run: &'a RunDir,
+    train: &'a TrainConfig,
+    dataset: &'a Dataset,
+    device: Device,
+    eval_device: Device,
+    optim: AdamW,
+    state: TrainState,
+    metrics: Metrics,
+    observers: &'a mut [Box<dyn Observer>],
+    bar: ProgressBar,
+    started: Instant,
+    /// The step a resumed run starts from: its evaluation and observers already ran.
+    resumed_at: Option<usize>,
+    /// The latest evaluation's train and val loss.
+    last_losses: (f64, f64),
+    /// Since when, and over how many steps, the logged tokens/s is measured.
+    window: (Instant, usize),
+}
+
+impl Loop<'_> {
+    /// Evaluates at step `it`, writes the losses, saves the checkpoints, tells the observers.
+    fn evaluate(&mut self, model: &Gpt, it: usize, lr: f64) -> Result<(), TrainError> {
+        let (tc, data) = (self.train, self.dataset);
+        let valid = model.valid();
+        let batches = (tc.eval_iters, tc.batch_size);
+        let tr = estimate_loss(
+            &valid,
+            data,
+            Split::Train,
+            batches,
+            tc.seed,
+            &self.eval_device,
+        )?;
+        let va = estimate_loss(
+            &valid,
+            data,
+            Split::Val,
+            batches,
+            tc.seed,
+            &self.eval_device,
+        )?;
+        // A diverged model is never saved over the last good checkpoint.
+        self.ensure_finite(&[("train loss", tr), ("val loss", va)], it, lr)?;
+        self.last_losses = (tr, va);
+        let elapsed = self.started.elapsed().as_secs_f64();
+        for (split, loss) in [(Split::Train, tr), (Split::Val, va)] {
+            self.metrics.write(Metric {
+                step: it,
+                split: split.name(),
+                bpc: data.bits_per_char(split, loss),
+                loss,
+                lr,
+                tokens_per_s: 0.0,
+                elapsed_s: elapsed,
+            })?;
+        }
+        self.bar
+            .suspend(|| eprintln!("step {it:>6}: train loss {tr:.4}, val loss {va:.4}"));
+        self.state.step = it;
+        self.state.elapsed_s = elapsed;
+        let improved = self.state.best_val_loss.is_none_or(|best| va < best);
+        // `best` first: a crash between the two leaves `last` older, and the resumed run
+        // redoes (and re-saves) this step exactly.
+        if improved {
+            self.state.best_val_loss = Some(va);
+            self.run
+                .save_checkpoint("best", model, &self.optim, &self.state)?;
+        }
+        self.run
+            .save_checkpoint("last", model, &self.optim, &self.state)?;
+        for observer in self.observers.iter_mut() {
+            observer.evaluated(self.run, it).map_err(observer_error)?;
+        }
+        Ok(())
+    }
+
+    /// Ctrl-C: stop between steps, with a checkpoint at step `it` to resume from.
+    fn stop_if_interrupted(&mut self, model: &Gpt, it: usize) -> Result<(), TrainError> {
+        if !crate::run::interrupted() {
+            return Ok(());
+        }
+        if self.state.step != it {
+            self.state.step = it;
+            self.state.elapsed_s = self.started.elapsed().as_secs_f64();
+            self.run
+                .save_checkpoint("last", model, &self.optim, &self.state)?;
+        }
+        self.bar.abandon();
+        Err(TrainError::Interrupted {
+            step: it,
+            run: self.run.root.clone(),
+        })
+    }
+
+    /// Step `it`: gradients, a divergence check, the update, the log line.
+    fn step(&mut self, model: Gpt, it: usize, lr: f64) -> Result<Gpt, TrainError> {
+        let tc = self.train;
+        let step = gradients(&model, self.dataset, tc, it, &self.device, false)?;
+        self.ensure_finite(&[("loss", step.loss), ("gradient norm", step.norm)], it, lr)?;
+        let model = update(model, &mut self.optim, &step, lr, tc.grad_clip);
+        let tokens = (tc.batch_size * model.config.block_size * tc.grad_accum) as f64;
+        self.window.1 += 1;
+        let seconds = self.window.0.elapsed().as_secs_f64().max(1e-9);
+        let tokens_per_s = self.window.1 as f64 * tokens / seconds;
+        if (it + 1).is_multiple_of(tc.log_interval.max(1)) {
+            self.metrics.write(Metric {
+                step: it + 1,
+                split: "iter",
+                bpc: self.dataset.bits_per_char(Split::Train, step.loss),
+                loss: step.loss,
+                lr,
+                tokens_per_s,
+                elapsed_s: self.started.elapsed().as_secs_f64(),
+            })?;
+            self.window = (Instant::now(), 0);
+        }
+        self.bar.set_position(it as u64 + 1);
+        let loss = step.loss;
+        self.bar.set_message(format!(
+            "loss {loss:.4} lr {lr:.2e} {tokens_per_s:.0} tok/s"
+        ));
+        Ok(model)
+    }
+
+    /// Stops a run whose loss or gradient went non-finite, naming the last good checkpoint.
+    fn ensure_finite(
+        &self,
+        values: &[(&'static str, f64)],
+        step: usize,
+        lr: f64,
+    ) -> Result<(), TrainError> {
+        let Some(&(what, value)) = values.iter().find(|(_, v)| !v.is_finite()) else {
+            return Ok(());
+        };
+        self.bar.abandon();
+        Err(TrainError::Diverged {
             step,
             what,
             value,
             lr,
             checkpoint: format!(
-                "{} (step {checkpoint_step})",
-                run.checkpoint("last").display()
+                "{} (step {})",
+                self.run.checkpoint("last").display(),
+                self.state.step
             ),
-        }),
-        None => Ok(()),
-    }
-}
-
-/// Head scores on a fixed probe every `train.track_heads_every` steps: `heads.csv` and
-/// `heads.png` in the run directory.
-struct HeadTracker {
-    probe: crate::heads::Probe,
-    history: crate::heads::HeadHistory,
-    csv: PathBuf,
-    png: PathBuf,
-}
-
-impl HeadTracker {
-    fn new(
-        run: &RunDir,
-        data: &Dataset,
-        config: &GptConfig,
-        seed: u64,
-        step: usize,
-        resume: bool,
-    ) -> Result<Self, TrainError> {
-        let probe =
-            crate::heads::Probe::new(data, config.block_size, config.vocab_size, None, seed)?;
-        let csv = run.root.join("heads.csv");
-        let history = match std::fs::read_to_string(&csv) {
-            Ok(text) if resume => crate::heads::HeadHistory::parse(&text, step),
-            _ => crate::heads::HeadHistory::default(),
-        };
-        Ok(Self {
-            probe,
-            history,
-            csv,
-            png: run.root.join("heads.png"),
         })
-    }
-
-    fn record(&mut self, step: usize, model: &Gpt, device: &Device) -> Result<(), TrainError> {
-        let (scores, repeat_loss) = crate::heads::pattern_scores(model, &self.probe, device);
-        let rows = self.history.push(step, repeat_loss, scores);
-        let mut text = String::from(crate::heads::HISTORY_HEADER);
-        if self.history.points.len() > 1 {
-            text = std::fs::read_to_string(&self.csv).unwrap_or(text);
-            // Rows past `step` were left by a run killed after its last checkpoint.
-            text = text
-                .lines()
-                .filter(|l| {
-                    l.split(',')
-                        .next()
-                        .and_then(|s| s.parse::<usize>().ok())
-                        .is_none_or(|s| s < step)
-                })
-                .map(|l| format!("{l}\n"))
-                .collect();
-        }
-        text.push_str(&rows);
-        std::fs::write(&self.csv, text)
-            .map_err(|e| TrainError::Output(format!("{}: {e}", self.csv.display())))?;
-        self.history.plot(&self.png).map_err(TrainError::Output)
     }
 }
 
@@ -703,7 +536,7 @@ fn sample_text(
         seed,
         ..Sampling::default()
     };
-    let mut stream = crate::tokenizer::StreamDecoder::new();
+    let mut stream = StreamDecoder::new();
     let mut text = String::new();
     let mut stdout = std::io::stdout();
     if print {

@@ -1,4 +1,5 @@
-//! `headlab`: a thin binary over the `headlab_train` library.
+//! `headlab`: the command line over headlab's libraries, one module per command. Errors
+//! are `anyhow` here and typed in the libraries.
 //!
 //! Exit codes: 0 success; 2 bad input of any kind (config, data, run directory, checkpoint,
 //! backend, options), with a message naming what is wrong and how to fix it; 3 training
@@ -7,12 +8,63 @@
 
 use std::process::ExitCode;
 
-use clap::Parser;
-use headlab_train::cli::{Cli, Command, run};
+use anyhow::Result;
+use clap::{Parser, Subcommand};
 use headlab_train::trainer::TrainError;
 
+mod common;
+mod compare;
+mod eval;
+mod heads;
+mod lab;
+mod sample;
+mod train;
+
+/// Train small GPT-style language models and watch their attention heads specialise.
+#[derive(Debug, Parser)]
+#[command(name = "headlab", version, about, long_about = None)]
+struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Train a model. With no arguments: the built-in default config on the built-in grammar
+    /// corpus (about two minutes on 2 CPU cores), ending with a generated sample.
+    Train(train::TrainArgs),
+    /// Generate text from a trained run, streaming tokens as they come.
+    Sample(sample::SampleArgs),
+    /// Loss, bits per character and perplexity of a trained run on its val or train split, or
+    /// on a text file.
+    Eval(eval::EvalArgs),
+    /// What each attention head does: scores, labels, ablations, maps and an HTML explorer.
+    Heads(heads::HeadsArgs),
+    /// Rerunnable experiments on head specialisation: induction, heads, ambiguity.
+    Lab(lab::LabArgs),
+    /// The same model, seed and batches on several backends: step-0 logit difference,
+    /// per-step losses against an f32-rounding tolerance, time per phase and peak memory.
+    /// Writes compare.md, compare.json, compare.png and compare-gap.png. Exits with 2 if
+    /// backends disagree.
+    Compare(compare::CompareArgs),
+}
+
+/// Runs the command.
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Train(args) => train::run(args),
+        Command::Sample(args) => sample::run(args),
+        Command::Eval(args) => eval::run(args),
+        Command::Heads(args) => heads::run(args),
+        Command::Lab(args) => lab::run(args),
+        Command::Compare(args) => compare::run(args),
+    }
+}
+
 /// glibc's malloc hands large tensor buffers back to the OS and faults them in again at the
-/// next step (a fifth of a training step on flex, bench/NOTES.md); mimalloc reuses them.
+/// next step (measured in bench/NOTES.md); mimalloc reuses them.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

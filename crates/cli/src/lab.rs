@@ -13,12 +13,18 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 
-use crate::backend::Backend;
-use crate::config::RunConfig;
-use crate::corpus::{SentenceKind, grammar_sentences};
-use crate::heads::{HeadHistory, Probe, write_report};
-use crate::run::RunDir;
-use crate::trainer::{TrainOptions, load_dataset, model_config, train};
+use burn::tensor::Device;
+use headlab_data::Dataset;
+use headlab_data::corpus::{SentenceKind, grammar_sentences};
+use headlab_heads::analysis::{mean_patterns, pattern_scores};
+use headlab_heads::scores::label;
+use headlab_heads::{HISTORY_FILE, HeadHistory, HeadReport, Probe, find_circuit, head_report};
+use headlab_report::{to_table, write_head_report};
+use headlab_train::config::RunConfig;
+use headlab_train::run::Trained;
+use headlab_train::trainer::{TrainOptions, TrainSummary, load_dataset, train};
+
+use crate::common::{Checkpoint, observers, open_run};
 
 /// The shipped lab configs, embedded so `headlab lab` works from any folder.
 pub const INDUCTION_CONFIG: &str = include_str!("../../../configs/lab-induction.toml");
@@ -99,92 +105,37 @@ fn config(base: &str, name: &str, sets: &[String]) -> Result<RunConfig> {
     Ok(config)
 }
 
-fn train_run(config: RunConfig, out: PathBuf) -> Result<crate::trainer::TrainSummary> {
-    Ok(train(TrainOptions {
+fn train_run(config: RunConfig, out: PathBuf) -> Result<TrainSummary> {
+    let options = TrainOptions {
         config,
         out,
         force: true,
         resume: false,
         resume_sets: Vec::new(),
         print_sample: false,
-    })?)
-}
-
-/// Loads the best checkpoint of a finished run with its data and tokenizer.
-fn open(
-    run_dir: &Path,
-) -> Result<(
-    RunConfig,
-    crate::tokenizer::Tokenizer,
-    headlab_model::Gpt,
-    burn::tensor::Device,
-    crate::data::Dataset,
-)> {
-    let run = RunDir::open(run_dir)?;
-    let config = run.config()?;
-    let tokenizer = run.tokenizer()?;
-    let device = config.train.backend.parse::<Backend>()?.device()?;
-    let (model, _) = run.load_model(
-        "best",
-        &model_config(&config, tokenizer.vocab_size()),
-        &device,
-    )?;
-    let data = load_dataset(&config, tokenizer.clone())?;
-    Ok((config, tokenizer, model, device, data))
-}
-
-/// What the induction lab found in a head history.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Circuit {
-    /// The layer-2 head with the highest final induction score.
-    pub induction_head: (usize, usize),
-    /// Its final induction score.
-    pub induction_score: f64,
-    /// First tracked step at which that score exceeded 0.5.
-    pub crossed_at: Option<usize>,
-    /// The layer-1 head with the highest final previous-token score.
-    pub previous_token_head: (usize, usize),
-    /// Its final previous-token score.
-    pub previous_token_score: f64,
-    /// Loss on the repeated half at the first step and at the end.
-    pub repeat_loss: (f64, f64),
-    /// Largest drop of the repeated-half loss between two tracked steps, and where it ends.
-    pub steepest_drop: (f64, usize),
-}
-
-/// Reads the circuit out of a 2-layer model's head history.
-pub fn find_circuit(history: &HeadHistory) -> Option<Circuit> {
-    let (first, last) = (history.points.first()?, history.points.last()?);
-    let best = |layer: usize, f: fn(&crate::heads::PatternScores) -> f64| {
-        last.2
-            .iter()
-            .filter(|s| s.layer == layer)
-            .max_by(|a, b| f(a).total_cmp(&f(b)))
-            .map(|s| ((s.layer, s.head), f(s)))
     };
-    let (induction_head, induction_score) = best(1, |s| s.induction)?;
-    let (previous_token_head, previous_token_score) = best(0, |s| s.previous_token)?;
-    let crossed_at = history.points.iter().find_map(|(step, _, scores)| {
-        scores
-            .iter()
-            .find(|s| (s.layer, s.head) == induction_head && s.induction > 0.5)
-            .map(|_| *step)
-    });
-    let steepest_drop = history
-        .points
-        .windows(2)
-        .map(|w| (w[0].1 - w[1].1, w[1].0))
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .unwrap_or((0.0, 0));
-    Some(Circuit {
-        induction_head,
-        induction_score,
-        crossed_at,
-        previous_token_head,
-        previous_token_score,
-        repeat_loss: (first.1, last.1),
-        steepest_drop,
-    })
+    Ok(train(options, &mut observers())?)
+}
+
+/// The best checkpoint of a finished run on its own backend, with its data.
+fn open(run_dir: &Path) -> Result<(Trained, Device, Dataset)> {
+    let (_, trained, device) = open_run(run_dir, None, Checkpoint::Best)?;
+    let data = load_dataset(&trained.config, trained.tokenizer.clone())?;
+    Ok((trained, device, data))
+}
+
+/// Analyses a lab's model, writes its head files into `out` and returns the report.
+fn write_heads(
+    out: &Path,
+    title: &str,
+    trained: &Trained,
+    probe: &Probe,
+    map_ids: &[u32],
+    device: &Device,
+) -> Result<HeadReport> {
+    let report = head_report(&trained.model, &trained.tokenizer, probe, map_ids, device);
+    write_head_report(out, title, &report)?;
+    Ok(report)
 }
 
 fn induction(args: &LabArgs, out: &Path) -> Result<String> {
@@ -193,10 +144,12 @@ fn induction(args: &LabArgs, out: &Path) -> Result<String> {
     let started = std::time::Instant::now();
     train_run(config.clone(), run_dir.clone())?;
     let seconds = started.elapsed().as_secs_f64();
-    let text = std::fs::read_to_string(run_dir.join("heads.csv")).context("reading heads.csv")?;
+    let text = std::fs::read_to_string(run_dir.join(HISTORY_FILE))
+        .with_context(|| format!("reading {HISTORY_FILE}"))?;
     let history = HeadHistory::parse(&text, usize::MAX);
     let circuit = find_circuit(&history).context("the run tracked no head scores")?;
-    let (cfg, tokenizer, model, device, data) = open(&run_dir)?;
+    let (trained, device, data) = open(&run_dir)?;
+    let (cfg, tokenizer) = (&trained.config, &trained.tokenizer);
     let probe = Probe::new(
         &data,
         cfg.model.block_size,
@@ -205,16 +158,8 @@ fn induction(args: &LabArgs, out: &Path) -> Result<String> {
         cfg.train.seed,
     )?;
     let map_ids: Vec<u32> = probe.repeated[..probe.repeated_len().min(33)].to_vec();
-    let report = write_report(
-        out,
-        "headlab lab induction",
-        &model,
-        &tokenizer,
-        &probe,
-        &map_ids,
-        &device,
-    )
-    .map_err(anyhow::Error::msg)?;
+    let title = "headlab lab induction";
+    let report = write_heads(out, title, &trained, &probe, &map_ids, &device)?;
     std::fs::copy(run_dir.join("heads.png"), out.join("heads.png")).context("copying heads.png")?;
     std::fs::copy(run_dir.join("loss.png"), out.join("loss.png")).context("copying loss.png")?;
 
@@ -271,7 +216,7 @@ fn induction(args: &LabArgs, out: &Path) -> Result<String> {
     writeln!(
         s,
         "Head table (`heads.csv`, explorer: `heads.html`):\n\n```\n{}```",
-        report.table
+        to_table(&report.rows)
     )?;
     writeln!(s, "\nReproduce: `headlab lab induction`")?;
     Ok(s)
@@ -310,8 +255,9 @@ fn heads(args: &LabArgs, out: &Path) -> Result<String> {
             let summary = train_run(config, dir.clone())?;
             losses.push(summary.val_loss);
             writeln!(csv, "{h},{seed},{:.5}", summary.val_loss)?;
-            let (cfg, tokenizer, model, device, data) = open(&dir)?;
-            params = burn::module::Module::num_params(&model);
+            let (trained, device, data) = open(&dir)?;
+            let (cfg, tokenizer, model) = (&trained.config, &trained.tokenizer, &trained.model);
+            params = burn::module::Module::num_params(model);
             let probe = Probe::new(
                 &data,
                 cfg.model.block_size,
@@ -319,9 +265,9 @@ fn heads(args: &LabArgs, out: &Path) -> Result<String> {
                 None,
                 seed,
             )?;
-            let (scores, _) = crate::heads::pattern_scores(&model, &probe, &device);
+            let (scores, _) = pattern_scores(model, &probe, &device);
             for p in scores {
-                let l = crate::scores::label(
+                let l = label(
                     p.induction,
                     p.previous_token,
                     p.first_token,
@@ -355,7 +301,8 @@ fn ambiguity(args: &LabArgs, out: &Path) -> Result<String> {
     let config = config(AMBIGUITY_CONFIG, "configs/lab-ambiguity.toml", &args.set)?;
     let run_dir = out.join("run");
     train_run(config, run_dir.clone())?;
-    let (cfg, tokenizer, model, device, data) = open(&run_dir)?;
+    let (trained, device, data) = open(&run_dir)?;
+    let (cfg, tokenizer, model) = (&trained.config, &trained.tokenizer, &trained.model);
     let sentences: Vec<_> = grammar_sentences(cfg.train.seed.wrapping_add(99), 20_000)
         .into_iter()
         .filter(|s| s.kind == SentenceKind::AttachmentAmbiguity)
@@ -386,7 +333,7 @@ fn ambiguity(args: &LabArgs, out: &Path) -> Result<String> {
             continue;
         }
         let t = ids.len();
-        let maps = crate::heads::mean_patterns(&model, &ids, 1, t, &device);
+        let maps = mean_patterns(model, &ids, 1, t, &device);
         for l in 0..layers {
             for h in 0..heads {
                 let a = &maps[l][h];
@@ -411,16 +358,14 @@ fn ambiguity(args: &LabArgs, out: &Path) -> Result<String> {
         Some(example.clone()),
         cfg.train.seed,
     )?;
-    write_report(
+    write_heads(
         out,
         "headlab lab ambiguity",
-        &model,
-        &tokenizer,
+        &trained,
         &probe,
         &example,
         &device,
-    )
-    .map_err(anyhow::Error::msg)?;
+    )?;
 
     let mut s = String::new();
     writeln!(s, "# lab ambiguity\n")?;

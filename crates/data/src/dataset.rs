@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rand::Rng;
 
-use crate::config::{DataSection, DataSource, ValidationError};
+use crate::config::{DataConfig, DataConfigError};
 use crate::corpus::BuiltinCorpus;
 use crate::tokenizer::{DEFAULT_BPE_VOCAB, Tokenizer, TokenizerError, TokenizerKind};
 
@@ -78,7 +78,7 @@ pub enum DataError {
         block_size: usize,
     },
     #[error(transparent)]
-    Config(#[from] ValidationError),
+    Config(#[from] DataConfigError),
 }
 
 fn val_hint(split: &Split) -> &'static str {
@@ -218,18 +218,19 @@ impl Dataset {
         kind: TokenizerKind,
         val_fraction: f64,
     ) -> Result<Self, DataError> {
-        let (text, description) = builtin_text(corpus, seed, n_chars, seq_len);
+        let data = DataConfig {
+            builtin: Some(corpus.name().to_string()),
+            builtin_chars: n_chars,
+            induction_len: seq_len,
+            ..DataConfig::default()
+        };
+        let (text, description) = data.load_text(seed)?;
         Self::from_text(&text, kind, val_fraction, description)
     }
 
     /// Loads what `[data]` describes; `seed` seeds built-in corpora.
-    pub fn from_config(data: &DataSection, seed: u64) -> Result<Self, DataError> {
-        let (text, description) = match data.source()? {
-            DataSource::File(path) => (read_text(&path)?, path.display().to_string()),
-            DataSource::Builtin(corpus) => {
-                builtin_text(corpus, seed, data.builtin_chars, data.induction_len)
-            }
-        };
+    pub fn from_config(data: &DataConfig, seed: u64) -> Result<Self, DataError> {
+        let (text, description) = data.load_text(seed)?;
         Self::build(
             &text,
             data.tokenizer,
@@ -347,21 +348,6 @@ fn check_val_fraction(val_fraction: f64) -> Result<(), DataError> {
     }
 }
 
-/// A built-in corpus and its description for logs.
-fn builtin_text(
-    corpus: BuiltinCorpus,
-    seed: u64,
-    n_chars: usize,
-    seq_len: usize,
-) -> (String, String) {
-    let text = corpus.generate(seed, n_chars, seq_len);
-    let description = format!(
-        "built-in {corpus} corpus (seed {seed}, {} chars)",
-        text.len()
-    );
-    (text, description)
-}
-
 /// Reads a whole file as UTF-8, with errors that say which file and where it goes wrong.
 pub fn read_text(path: &Path) -> Result<String, DataError> {
     let bytes = std::fs::read(path).map_err(|source| DataError::Read {
@@ -422,12 +408,8 @@ mod tests {
 
     #[test]
     fn real_shakespeare_matches_nanogpt() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/datasets/tinyshakespeare/input.txt");
-        if !path.exists() {
-            eprintln!("skipped: {} not present", path.display());
-            return;
-        }
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets/tinyshakespeare/input.txt");
         let d = Dataset::from_file(&path, TokenizerKind::Char, 0.1).unwrap();
         assert_eq!(d.tokenizer().vocab_size(), 65);
         assert_eq!(d.len(Split::Train), 1_003_854);
@@ -498,9 +480,9 @@ mod tests {
         let all = [d.tokens(Split::Train), d.tokens(Split::Val)].concat();
         assert_eq!(d.tokenizer().decode(&all), crate::corpus::copy(3, 2_000, 8));
 
-        let mut section = DataSection {
+        let mut section = DataConfig {
             builtin_chars: 3_000,
-            ..DataSection::default()
+            ..DataConfig::default()
         };
         let d = Dataset::from_config(&section, 1).unwrap();
         assert!(d.description().contains("grammar"));
@@ -511,7 +493,7 @@ mod tests {
         section.builtin = None;
         assert!(matches!(
             Dataset::from_config(&section, 1),
-            Err(DataError::Config(ValidationError::NoDataSource))
+            Err(DataError::Config(DataConfigError::NoDataSource))
         ));
     }
 
@@ -567,17 +549,17 @@ mod tests {
 
     #[test]
     fn config_vocab_size_reaches_the_bpe() {
-        let section = DataSection {
+        let section = DataConfig {
             builtin_chars: 5_000,
             tokenizer: TokenizerKind::Bpe,
             vocab_size: 270,
-            ..DataSection::default()
+            ..DataConfig::default()
         };
         let d = Dataset::from_config(&section, 1).unwrap();
         assert_eq!(d.tokenizer().vocab_size(), 270);
         let all = [d.tokens(Split::Train), d.tokens(Split::Val)].concat();
         assert_eq!(d.tokenizer().decode(&all), crate::corpus::grammar(1, 5_000));
-        let section = DataSection {
+        let section = DataConfig {
             vocab_size: 10,
             ..section
         };

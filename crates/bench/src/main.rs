@@ -11,9 +11,7 @@
 //! there. Writes `<results>/<date>-<host>[-quick].json` and a markdown report beside it, with
 //! headlab / PyTorch ratios when `--torch-json` gives the reference's results.
 //!
-//! Arguments: `[--quick] [--backends flex,ndarray,wgpu] [--results DIR] [--data FILE]
-//! [--recipe-iters N] [--torch-json FILE] [--criterion-dir DIR]
-//! [--only attention,heads,train_step,generation,recipe]`.
+//! `headlab-bench --help` lists the arguments.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -22,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
+use clap::Parser;
 use criterion::{BenchmarkId, Criterion, SamplingMode};
 use headlab_model::attention::reference::per_head_loop;
 use headlab_model::attention::{
@@ -33,59 +32,42 @@ use headlab_train::optim::{AdamW, AdamWConfig, global_grad_norm};
 use headlab_train::rss;
 use serde_json::{Value, json};
 
+/// headlab's benchmarks (run by `cargo xtask bench`).
+#[derive(Debug, Parser)]
+#[command(name = "headlab-bench", version, about, long_about = None)]
 struct Args {
+    /// Fewer sizes and iterations: checks that every section runs, in about a minute.
+    #[arg(long)]
     quick: bool,
+    /// Backends to measure, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "flex,ndarray")]
     backends: Vec<Backend>,
+    /// Folder for the JSON and markdown results.
+    #[arg(long, default_value = "bench/results")]
     results: PathBuf,
+    /// Criterion's working folder.
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("headlab-criterion"))]
     criterion_dir: PathBuf,
+    /// The recipe's text.
+    #[arg(long, default_value = "datasets/tinyshakespeare/input.txt")]
     data: PathBuf,
+    /// Iterations of the recipe (default: the recipe's own).
+    #[arg(long)]
     recipe_iters: Option<usize>,
+    /// The PyTorch reference's results, for headlab / PyTorch ratios.
+    #[arg(long)]
     torch_json: Option<PathBuf>,
-    /// Sections to run (all when empty); the matmul peak always runs (MFU needs it).
+    /// Sections to run (all when empty): attention, heads, train_step, generation, recipe.
+    /// The matmul peak always runs (MFU needs it).
+    #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Passed by `cargo bench`; ignored.
+    #[arg(long, hide = true)]
+    bench: bool,
 }
 
 fn parse_args() -> Args {
-    let mut args = Args {
-        quick: false,
-        backends: vec![Backend::Flex, Backend::Ndarray],
-        results: PathBuf::from("bench/results"),
-        criterion_dir: std::env::temp_dir().join("headlab-criterion"),
-        data: PathBuf::from("../shared/datasets/tinyshakespeare/input.txt"),
-        recipe_iters: None,
-        torch_json: None,
-        only: Vec::new(),
-    };
-    let mut it = std::env::args().skip(1);
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--quick" => args.quick = true,
-            "--backends" => {
-                let list = it.next().expect("--backends needs a list");
-                args.backends = list
-                    .split(',')
-                    .map(|b| b.parse().unwrap_or_else(|e| panic!("{e}")))
-                    .collect();
-            }
-            "--results" => args.results = it.next().expect("--results needs a dir").into(),
-            "--data" => args.data = it.next().expect("--data needs a file").into(),
-            "--recipe-iters" => {
-                let n = it.next().expect("--recipe-iters needs a number");
-                args.recipe_iters = Some(n.parse().expect("--recipe-iters needs a number"));
-            }
-            "--torch-json" => args.torch_json = Some(it.next().expect("a file").into()),
-            "--only" => {
-                let list = it.next().expect("--only needs sections");
-                args.only = list.split(',').map(str::to_string).collect();
-            }
-            "--criterion-dir" => {
-                args.criterion_dir = it.next().expect("--criterion-dir needs a dir").into()
-            }
-            // `cargo bench` passes `--bench`; criterion's own filters are not used.
-            _ => {}
-        }
-    }
-    args
+    Args::parse()
 }
 
 /// Memory a benchmark used at its peak above what was held before it: the backend's
@@ -425,12 +407,121 @@ fn generation(backend: Backend, device: &Device, lengths: &[usize], reps: usize)
 }
 
 /// glibc's malloc hands large tensor buffers back to the OS and faults them in again at the
-/// next step (a fifth of a training step on flex, bench/NOTES.md); mimalloc reuses them.
+/// next step (measured in bench/NOTES.md); mimalloc reuses them.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
     headlab_train::backend::on_compute_pool(bench);
+}
+
+/// The sizes each section measures.
+struct Sizes {
+    /// Sequence lengths of the attention op.
+    ts: Vec<usize>,
+    /// The long sequence (forward only).
+    long_t: usize,
+    /// Head counts of the batched-vs-loop comparison.
+    hs: Vec<usize>,
+    /// Its sequence length.
+    head_t: usize,
+    /// Generated tokens.
+    gen_lengths: Vec<usize>,
+    /// The matmul peak's n.
+    matmul_n: usize,
+}
+
+impl Sizes {
+    fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                ts: vec![64, 128],
+                long_t: 256,
+                hs: vec![1, 4],
+                head_t: 64,
+                gen_lengths: vec![16],
+                matmul_n: 256,
+            }
+        } else {
+            Self {
+                ts: vec![64, 128, 256, 512, 1024, 2048],
+                long_t: 8192,
+                hs: vec![1, 2, 4, 8, 16],
+                head_t: 256,
+                gen_lengths: vec![256, 1024],
+                matmul_n: 1024,
+            }
+        }
+    }
+}
+
+fn push(out: &mut Value, section: &str, v: Value) {
+    out[section].as_array_mut().expect("section").push(v);
+}
+
+/// Every section on one backend, appended to `out`'s sections.
+fn measure_backend(
+    bench: &mut Bench,
+    args: &Args,
+    sizes: &Sizes,
+    backend: Backend,
+    device: &Device,
+    out: &mut Value,
+) {
+    let peaks = matmul(bench, backend, device, sizes.matmul_n);
+    let peak_gflops = peaks
+        .iter()
+        .filter_map(|r| r["gflops"].as_f64())
+        .fold(f64::NAN, f64::max);
+    for row in peaks {
+        push(out, "matmul", row);
+    }
+    let runs = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
+    let cpu = backend != Backend::Wgpu;
+    for &t in sizes.ts.iter().filter(|_| runs("attention")) {
+        let kernels = [
+            (false, "naive"),
+            (false, "fused"),
+            (false, "flash"),
+            (true, "naive"),
+            (true, "flash"),
+        ];
+        // On wgpu `flash` is the naive op (the kernel is CPU-only): not measured twice.
+        for (backward, kernel) in kernels.into_iter().filter(|(_, k)| cpu || *k != "flash") {
+            let row = attention(bench, backend, device, [4, 4, 32], t, backward, kernel);
+            push(out, "attention", row);
+        }
+    }
+    // The long sequence: forward only, one sequence (the naive op holds a [T, T] matrix
+    // per head; the fused kernel tiles over keys where the backend has one).
+    let long_kernels = ["naive", "fused", "flash"].into_iter();
+    for kernel in long_kernels.filter(|k| runs("attention") && (cpu || *k != "flash")) {
+        let row = attention(
+            bench,
+            backend,
+            device,
+            [1, 4, 32],
+            sizes.long_t,
+            false,
+            kernel,
+        );
+        push(out, "attention", row);
+    }
+    for &h in sizes.hs.iter().filter(|_| runs("heads")) {
+        for row in heads(bench, backend, device, h, sizes.head_t) {
+            push(out, "heads", row);
+        }
+    }
+    if runs("train_step") {
+        let row = train_step(bench, backend, device, peak_gflops);
+        push(out, "train_step", row);
+    }
+    if runs("generation") {
+        let reps = if args.quick { 2 } else { 3 };
+        for row in generation(backend, device, &sizes.gen_lengths, reps) {
+            push(out, "generation", row);
+        }
+    }
 }
 
 fn bench() {
@@ -462,18 +553,6 @@ fn bench() {
         c,
         dir: args.criterion_dir.clone(),
     };
-    let (ts, long_t, hs, head_t, gen_lengths, matmul_n) = if quick {
-        (vec![64, 128], 256, vec![1, 4], 64, vec![16], 256)
-    } else {
-        (
-            vec![64, 128, 256, 512, 1024, 2048],
-            8192,
-            vec![1, 2, 4, 8, 16],
-            256,
-            vec![256, 1024],
-            1024,
-        )
-    };
     let mut out = json!({
         "quick": quick,
         "threads": std::env::var("RAYON_NUM_THREADS").ok(),
@@ -482,78 +561,13 @@ fn bench() {
         "matmul": [], "attention": [], "heads": [], "train_step": [], "generation": [],
         "unavailable": {},
     });
-    let push = |out: &mut Value, section: &str, v: Value| {
-        out[section].as_array_mut().expect("section").push(v);
-    };
+    let sizes = Sizes::new(quick);
     for &backend in &args.backends {
-        let device = match backend.device() {
-            Ok(d) => d,
+        match backend.device() {
+            Ok(device) => measure_backend(&mut bench, &args, &sizes, backend, &device, &mut out),
             Err(e) => {
                 eprintln!("bench: {backend} is not available: {e}");
                 out["unavailable"][backend.to_string()] = json!(e.to_string());
-                continue;
-            }
-        };
-        let peaks = matmul(&mut bench, backend, &device, matmul_n);
-        let peak_gflops = peaks
-            .iter()
-            .filter_map(|r| r["gflops"].as_f64())
-            .fold(f64::NAN, f64::max);
-        for row in peaks {
-            push(&mut out, "matmul", row);
-        }
-        let runs = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
-        let cpu = backend != Backend::Wgpu;
-        for &t in ts.iter().filter(|_| runs("attention")) {
-            let kernels = [
-                (false, "naive"),
-                (false, "fused"),
-                (false, "flash"),
-                (true, "naive"),
-                (true, "flash"),
-            ];
-            // On wgpu `flash` is the naive op (the kernel is CPU-only): not measured twice.
-            for (backward, kernel) in kernels.into_iter().filter(|(_, k)| cpu || *k != "flash") {
-                let row = attention(
-                    &mut bench,
-                    backend,
-                    &device,
-                    [4, 4, 32],
-                    t,
-                    backward,
-                    kernel,
-                );
-                push(&mut out, "attention", row);
-            }
-        }
-        // The long sequence: forward only, one sequence (the naive op holds a [T, T] matrix
-        // per head; the fused kernel tiles over keys where the backend has one).
-        let long_kernels = ["naive", "fused", "flash"].into_iter();
-        for kernel in long_kernels.filter(|k| runs("attention") && (cpu || *k != "flash")) {
-            let row = attention(
-                &mut bench,
-                backend,
-                &device,
-                [1, 4, 32],
-                long_t,
-                false,
-                kernel,
-            );
-            push(&mut out, "attention", row);
-        }
-        for &h in hs.iter().filter(|_| runs("heads")) {
-            for row in heads(&mut bench, backend, &device, h, head_t) {
-                push(&mut out, "heads", row);
-            }
-        }
-        if runs("train_step") {
-            let row = train_step(&mut bench, backend, &device, peak_gflops);
-            push(&mut out, "train_step", row);
-        }
-        if runs("generation") {
-            let reps = if quick { 2 } else { 3 };
-            for row in generation(backend, &device, &gen_lengths, reps) {
-                push(&mut out, "generation", row);
             }
         }
     }
@@ -590,7 +604,7 @@ fn bench() {
     let md_path = args.results.join(format!("{stem}.md"));
     let text = serde_json::to_string_pretty(&out).expect("json");
     std::fs::write(&json_path, text + "\n").expect("writing the results");
-    let md = markdown(&out);
+    let md = headlab_report::bench::bench_markdown(&out);
     std::fs::write(&md_path, &md).expect("writing the report");
     println!("{md}");
     eprintln!("wrote {} and {}", json_path.display(), md_path.display());
@@ -688,7 +702,7 @@ fn recipe(data: &Path, iters: usize, backend: Backend) -> Value {
     })
 }
 
-const RECIPE: &str = include_str!("../../../../configs/shakespeare-char-cpu.toml");
+const RECIPE: &str = include_str!("../../../configs/shakespeare-char-cpu.toml");
 
 /// `YYYY-MM-DD` (UTC) without a date crate: days since 1970 to a civil date (H. Hinnant).
 fn today() -> String {
@@ -739,216 +753,6 @@ fn hostname() -> String {
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "host".into())
-}
-
-fn num(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(f64::NAN)
-}
-
-fn median_ms(v: &Value) -> f64 {
-    num(&v["timing"]["median_ms"])
-}
-
-/// `median (min-max)`.
-fn ms_cell(v: &Value) -> String {
-    let t = &v["timing"];
-    format!(
-        "{:.2} ({:.2}-{:.2})",
-        num(&t["median_ms"]),
-        num(&t["min_ms"]),
-        num(&t["max_ms"])
-    )
-}
-
-fn ratio(a: f64, b: f64) -> String {
-    if a.is_finite() && b.is_finite() && b > 0.0 {
-        format!("{:.2}", a / b)
-    } else {
-        "-".into()
-    }
-}
-
-fn rows<'a>(out: &'a Value, section: &str) -> impl Iterator<Item = &'a Value> {
-    out[section].as_array().into_iter().flatten()
-}
-
-/// The report: one table per section, with PyTorch's time and headlab / PyTorch where the
-/// reference ran.
-fn markdown(out: &Value) -> String {
-    let torch = &out["torch"];
-    let has_torch = !torch.is_null();
-    let mut s = format!(
-        "# headlab benchmarks, {} on {}\n\n{} cores of {} ({}), RAYON_NUM_THREADS={}{}{}. Times \
-         are medians of criterion's samples (min-max in brackets). Made by `cargo xtask bench{}`.\n",
-        out["date"].as_str().unwrap_or("?"),
-        out["host"].as_str().unwrap_or("?"),
-        out["cores"],
-        out["cpu"]["model"].as_str().unwrap_or("an unrecorded CPU"),
-        out["cpu"]["simd"].as_str().unwrap_or("?"),
-        out["threads"].as_str().unwrap_or("unset"),
-        if has_torch {
-            format!(
-                ", PyTorch {} with {} threads{}",
-                torch["torch"].as_str().unwrap_or("?"),
-                torch["threads"],
-                torch["cpu_capability"]
-                    .as_str()
-                    .map_or(String::new(), |c| format!(" (ATen's {c} kernels)"))
-            )
-        } else {
-            String::new()
-        },
-        if out["quick"] == true {
-            " (quick: small sizes, short runs, a harness check)"
-        } else {
-            ""
-        },
-        if out["quick"] == true { " --quick" } else { "" },
-    );
-    for (backend, why) in out["unavailable"].as_object().into_iter().flatten() {
-        s += &format!("\n{backend} was not available: {why}\n");
-    }
-
-    let torch_peak = torch["matmul"][0]["gflops"].as_f64();
-    s += "\n## Matmul peak (square f32 matmul)\n\n`burn` is the backend's `matmul`, `headlab` the kernels' `linear` (the gemm crate on the backend's buffers, what the training step's layers run). MFU below is taken against the faster of the two.\n\n| backend | kernel | n | ms | GFLOP/s |\n|---|---|---|---|---|\n";
-    for r in rows(out, "matmul") {
-        s += &format!(
-            "| {} | {} | {} | {} | {:.1} |\n",
-            r["backend"].as_str().unwrap_or("?"),
-            r["kernel"].as_str().unwrap_or("burn"),
-            r["n"],
-            ms_cell(r),
-            num(&r["gflops"])
-        );
-    }
-    if let Some(p) = torch_peak {
-        s += &format!(
-            "| PyTorch | torch.matmul | {} | {} | {p:.1} |\n",
-            torch["matmul"][0]["n"],
-            ms_cell(&torch["matmul"][0])
-        );
-    }
-
-    s += "\n## Attention op: softmax(Q K^T / sqrt(d_k) + causal mask) V\n\nPyTorch's `scaled_dot_product_attention` is fused in both directions. headlab: `naive` is Burn's ops (the reference), `fused` the backend's kernel (forward only: Burn's autodiff replaces it with the naive ops), `flash` headlab's CPU kernel with its own backward, what training uses on flex and ndarray.\n\n| backend | pass | kernel | b x h x d_k | T | ms | tokens/s | GFLOP/s | peak MiB | PyTorch SDPA ms | headlab / SDPA |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
-    for r in rows(out, "attention") {
-        let reference = rows(torch, "attention").find(|t| {
-            t["pass"] == r["pass"] && t["t"] == r["t"] && t["b"] == r["b"] && t["h"] == r["h"]
-        });
-        let t_ms = reference.map_or(f64::NAN, median_ms);
-        s += &format!(
-            "| {} | {} | {} | {}x{}x{} | {} | {} | {:.0} | {:.1} | {} | {} | {} |\n",
-            r["backend"].as_str().unwrap_or("?"),
-            r["pass"].as_str().unwrap_or("?"),
-            r["kernel"].as_str().unwrap_or("?"),
-            r["b"],
-            r["h"],
-            r["d_k"],
-            r["t"],
-            ms_cell(r),
-            num(&r["tokens_per_s"]),
-            num(&r["gflops"]),
-            r["peak_mib"]
-                .as_f64()
-                .map_or("-".into(), |m| format!("{m:.0}")),
-            if t_ms.is_finite() {
-                format!("{t_ms:.2}")
-            } else {
-                "-".into()
-            },
-            ratio(median_ms(r), t_ms),
-        );
-    }
-
-    s += "\n## All heads in one batched matmul vs the per-head loop (b 1, d_model 128)\n\n| backend | heads | d_k | T | batched ms | loop ms | loop / batched |\n|---|---|---|---|---|---|---|\n";
-    for r in rows(out, "heads").filter(|r| r["mode"] == "batched") {
-        let looped = rows(out, "heads")
-            .find(|l| l["mode"] == "loop" && l["backend"] == r["backend"] && l["h"] == r["h"]);
-        let l_ms = looped.map_or(f64::NAN, median_ms);
-        s += &format!(
-            "| {} | {} | {} | {} | {} | {} | {} |\n",
-            r["backend"].as_str().unwrap_or("?"),
-            r["h"],
-            r["d_k"],
-            r["t"],
-            ms_cell(r),
-            looped.map_or("-".into(), ms_cell),
-            ratio(l_ms, median_ms(r)),
-        );
-    }
-
-    s += "\n## Training step, nanoGPT CPU recipe (4L, 4H, d 128, T 64, B 12): forward, backward, clip, AdamW\n\n| backend | ms/iter | tokens/s | GFLOP/s | MFU (of matmul peak) | PyTorch ms | headlab / PyTorch |\n|---|---|---|---|---|---|---|\n";
-    for r in rows(out, "train_step") {
-        let t_ms = rows(torch, "train_step").next().map_or(f64::NAN, median_ms);
-        s += &format!(
-            "| {} | {} | {:.0} | {:.1} | {:.1}% | {} | {} |\n",
-            r["backend"].as_str().unwrap_or("?"),
-            ms_cell(r),
-            num(&r["tokens_per_s"]),
-            num(&r["achieved_gflops"]),
-            100.0 * num(&r["mfu"]),
-            if t_ms.is_finite() {
-                format!("{t_ms:.2}")
-            } else {
-                "-".into()
-            },
-            ratio(median_ms(r), t_ms),
-        );
-    }
-    if let Some(t) = rows(torch, "train_step").next() {
-        s += &format!(
-            "| PyTorch | {} | {:.0} | {:.1} | {:.1}% | | |\n",
-            ms_cell(t),
-            num(&t["tokens_per_s"]),
-            num(&t["achieved_gflops"]),
-            100.0 * num(&t["mfu"]),
-        );
-    }
-
-    s += "\n## Generation (greedy, one prompt token, recipe dims)\n\n| backend | new tokens | with KV cache tokens/s | without tokens/s | speed-up |\n|---|---|---|---|---|\n";
-    for r in rows(out, "generation").filter(|r| r["kv_cache"] == true) {
-        let without = rows(out, "generation").find(|w| {
-            w["kv_cache"] == false
-                && w["backend"] == r["backend"]
-                && w["new_tokens"] == r["new_tokens"]
-        });
-        let w_tok = without.map_or(f64::NAN, |w| num(&w["tokens_per_s"]));
-        s += &format!(
-            "| {} | {} | {:.0} | {:.0} | {} |\n",
-            r["backend"].as_str().unwrap_or("?"),
-            r["new_tokens"],
-            num(&r["tokens_per_s"]),
-            w_tok,
-            ratio(num(&r["tokens_per_s"]), w_tok),
-        );
-    }
-
-    s += "\n## nanoGPT CPU recipe end to end (tiny-shakespeare, char)\n\n";
-    let r = &out["recipe"];
-    if let Some(why) = r["skipped"].as_str() {
-        s += &format!("Skipped: {why}\n");
-    } else {
-        s += "| run | iters | val loss (200 batches) | wall ms/iter (with evaluation) | wall s |\n|---|---|---|---|---|\n";
-        s += &format!(
-            "| headlab {} | {} | {:.4} | {:.1} | {:.0} |\n",
-            r["backend"].as_str().unwrap_or("?"),
-            r["iters"],
-            num(&r["val_loss"]),
-            1e3 * num(&r["wall_s"]) / num(&r["iters"]),
-            num(&r["wall_s"])
-        );
-        let t = &torch["recipe"];
-        if !t.is_null() {
-            s += &format!(
-                "| PyTorch | {} | {:.4} | {:.1} | {:.0} |\n\nheadlab / PyTorch wall time: {}\n",
-                t["iters"],
-                num(&t["val_loss"]),
-                1e3 * num(&t["wall_s"]) / num(&t["iters"]),
-                num(&t["wall_s"]),
-                ratio(num(&r["wall_s"]), num(&t["wall_s"])),
-            );
-        }
-    }
-    s
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@ use std::sync::Once;
 use plotters::prelude::*;
 use plotters::style::{FontStyle, register_font};
 
+use crate::ReportError;
+
 static FONT: Once = Once::new();
 
 /// Registers the embedded DejaVu Sans as plotters' "sans-serif".
@@ -47,7 +49,7 @@ pub fn line_chart(
     x_label: &str,
     y_label: &str,
     series: &[Series],
-) -> Result<(), String> {
+) -> Result<(), ReportError> {
     ensure_font();
     let all = series
         .iter()
@@ -68,7 +70,7 @@ pub fn line_chart(
     }
     let pad = ((y1 - y0) * 0.05).max(1e-6);
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
-    let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
+    let err = |e: &dyn std::fmt::Display| ReportError::draw(path, e);
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 22))

@@ -8,18 +8,16 @@
 //!
 //! The score definitions live in [`crate::scores`].
 
-use std::path::Path;
-
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use headlab_data::{DataError, Dataset, Split, Tokenizer, batch_tensors, ids_tensor, mix_seed};
 use headlab_model::{ForwardOptions, Gpt, cross_entropy};
-use plotters::prelude::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::data::{DataError, Dataset, Split};
+use headlab_train::eval::LossSum;
+
 use crate::scores::{HeadLabel, Pattern, label};
-use crate::trainer::{batch_tensors, mix_seed};
 
 /// Everything measured about one head.
 #[derive(Debug, Clone, Serialize)]
@@ -114,8 +112,7 @@ impl Probe {
 }
 
 fn ids(v: &[u32], rows: usize, cols: usize, device: &Device) -> Tensor<2, Int> {
-    let v: Vec<i64> = v.iter().map(|&x| x as i64).collect();
-    Tensor::from_data(TensorData::new(v, [rows, cols]), device)
+    ids_tensor(v, rows, cols, device)
 }
 
 fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
@@ -229,13 +226,11 @@ pub fn repeated_half_loss(model: &Gpt, probe: &Probe, device: &Device) -> f64 {
 
 fn held_out_loss(model: &Gpt, probe: &Probe, options: &ForwardOptions, device: &Device) -> f64 {
     let t = model.config.block_size;
-    let mut total = 0.0;
+    let mut sum = LossSum::default();
     for (x, y) in &probe.held_out {
-        let (x, y) = batch_tensors(x, y, probe.batch, t, device);
-        let logits = model.forward_with(x, options.clone()).logits;
-        total += cross_entropy(logits, y, None).into_scalar::<f32>() as f64;
+        sum.add(model, (x, y), (probe.batch, t), Some(options), device);
     }
-    total / probe.held_out.len() as f64
+    sum.mean()
 }
 
 /// The full head table: pattern scores, zero and mean ablation, gradient importance.
@@ -336,271 +331,38 @@ pub fn gradient_importance(model: &Gpt, probe: &Probe, device: &Device) -> Vec<f
     total
 }
 
-/// The table as CSV.
-pub fn to_csv(rows: &[HeadRow]) -> String {
-    let mut out = String::from(
-        "layer,head,label,previous_token,induction,duplicate_token,first_token,mean_distance,entropy,ablation_zero,ablation_mean,grad_importance\n",
-    );
-    for r in rows {
-        out.push_str(&format!(
-            "{},{},{},{:.4},{:.4},{:.4},{:.4},{:.3},{:.4},{:.5},{:.5},{:.5}\n",
-            r.scores.layer,
-            r.scores.head,
-            r.label,
-            r.scores.previous_token,
-            r.scores.induction,
-            r.scores.duplicate_token,
-            r.scores.first_token,
-            r.scores.mean_distance,
-            r.scores.entropy,
-            r.ablation_zero,
-            r.ablation_mean,
-            r.grad_importance
-        ));
-    }
-    out
+/// Attention maps of one text: `weights[layer][head]` is row-major `[t, t]`.
+#[derive(Debug, Clone, Serialize)]
+pub struct AttentionMaps {
+    /// Token labels, whitespace made visible.
+    pub tokens: Vec<String>,
+    /// Per layer, per head.
+    pub weights: Vec<Vec<Vec<f32>>>,
 }
 
-/// The table for a terminal.
-pub fn to_table(rows: &[HeadRow]) -> String {
-    let mut out = format!(
-        "{:>5} {:>4}  {:<14} {:>6} {:>6} {:>6} {:>6} {:>6} {:>6} {:>8} {:>8} {:>8}\n",
-        "layer",
-        "head",
-        "label",
-        "prev",
-        "induct",
-        "dup",
-        "first",
-        "dist",
-        "entr",
-        "abl-zero",
-        "abl-mean",
-        "grad"
-    );
-    for r in rows {
-        out.push_str(&format!(
-            "{:>5} {:>4}  {:<14} {:>6.3} {:>6.3} {:>6.3} {:>6.3} {:>6.2} {:>6.3} {:>8.4} {:>8.4} {:>8.4}\n",
-            r.scores.layer,
-            r.scores.head,
-            r.label.to_string(),
-            r.scores.previous_token,
-            r.scores.induction,
-            r.scores.duplicate_token,
-            r.scores.first_token,
-            r.scores.mean_distance,
-            r.scores.entropy,
-            r.ablation_zero,
-            r.ablation_mean,
-            r.grad_importance
-        ));
-    }
-    out
-}
-
-/// Pattern scores through training: one `heads.csv` row per (step, layer, head).
-#[derive(Debug, Default, Clone)]
-pub struct HeadHistory {
-    /// `(step, loss on the repeated half, scores)`.
-    pub points: Vec<(usize, f64, Vec<PatternScores>)>,
-}
-
-/// Header of `heads.csv`.
-pub const HISTORY_HEADER: &str = "step,layer,head,previous_token,induction,duplicate_token,first_token,mean_distance,entropy,repeat_loss\n";
-
-impl HeadHistory {
-    /// Adds a measurement and returns its CSV rows.
-    pub fn push(&mut self, step: usize, repeat_loss: f64, scores: Vec<PatternScores>) -> String {
-        let mut out = String::new();
-        for s in &scores {
-            out.push_str(&format!(
-                "{step},{},{},{:.4},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4}\n",
-                s.layer,
-                s.head,
-                s.previous_token,
-                s.induction,
-                s.duplicate_token,
-                s.first_token,
-                s.mean_distance,
-                s.entropy,
-                repeat_loss
-            ));
-        }
-        self.points.push((step, repeat_loss, scores));
-        out
-    }
-
-    /// Reads `heads.csv` back (for a resumed run's plot), keeping steps `<= upto`.
-    pub fn parse(text: &str, upto: usize) -> Self {
-        let mut history = Self::default();
-        for line in text.lines().skip(1) {
-            let f: Vec<&str> = line.split(',').collect();
-            let num = |i: usize| {
-                f.get(i)
-                    .and_then(|v| v.parse::<f64>().ok())
-                    .unwrap_or(f64::NAN)
-            };
-            let (Some(step), Some(layer), Some(head)) = (
-                f.first().and_then(|v| v.parse::<usize>().ok()),
-                f.get(1).and_then(|v| v.parse::<usize>().ok()),
-                f.get(2).and_then(|v| v.parse::<usize>().ok()),
-            ) else {
-                continue;
-            };
-            if step > upto {
-                continue;
-            }
-            let score = PatternScores {
-                layer,
-                head,
-                previous_token: num(3),
-                induction: num(4),
-                duplicate_token: num(5),
-                first_token: num(6),
-                mean_distance: num(7),
-                entropy: num(8),
-            };
-            match history.points.last_mut() {
-                Some(last) if last.0 == step => last.2.push(score),
-                _ => history.points.push((step, num(9), vec![score])),
-            }
-        }
-        history
-    }
-
-    /// `heads.png`: every head's induction (solid) and previous-token (pale) score against
-    /// step, with the loss on the repeated half on a second axis.
-    pub fn plot(&self, path: &Path) -> Result<(), String> {
-        crate::plot::ensure_font();
-        let err = |e: &dyn std::fmt::Display| format!("cannot draw {}: {e}", path.display());
-        let x1 = self.points.last().map_or(1, |p| p.0.max(1)) as f64;
-        let loss_max = self
-            .points
-            .iter()
-            .map(|p| p.1)
-            .filter(|v| v.is_finite())
-            .fold(0.1, f64::max);
-        let root = BitMapBackend::new(path, (960, 560)).into_drawing_area();
-        root.fill(&WHITE).map_err(|e| err(&e))?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption("head scores through training", ("sans-serif", 22))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(60)
-            .right_y_label_area_size(60)
-            .build_cartesian_2d(0.0..x1, 0.0..1.0)
-            .map_err(|e| err(&e))?
-            .set_secondary_coord(0.0..x1, 0.0..loss_max * 1.05);
-        chart
-            .configure_mesh()
-            .x_desc("step")
-            .y_desc("score (solid: induction, pale: previous-token)")
-            .label_style(("sans-serif", 13))
-            .draw()
-            .map_err(|e| err(&e))?;
-        chart
-            .configure_secondary_axes()
-            .y_desc("loss on the repeated half (black)")
-            .label_style(("sans-serif", 13))
-            .draw()
-            .map_err(|e| err(&e))?;
-        let heads: Vec<(usize, usize)> = self.points.first().map_or(Vec::new(), |p| {
-            p.2.iter().map(|s| (s.layer, s.head)).collect()
-        });
-        for (k, &(layer, head)) in heads.iter().enumerate() {
-            let color = crate::plot::PALETTE[k % crate::plot::PALETTE.len()];
-            let series = |f: fn(&PatternScores) -> f64| {
-                self.points
-                    .iter()
-                    .filter_map(|(step, _, scores)| {
-                        scores
-                            .iter()
-                            .find(|s| s.layer == layer && s.head == head)
-                            .map(|s| (*step as f64, f(s)))
-                    })
-                    .collect::<Vec<_>>()
-            };
-            chart
-                .draw_series(LineSeries::new(
-                    series(|s| s.induction),
-                    color.stroke_width(2),
-                ))
-                .map_err(|e| err(&e))?
-                .label(format!("L{layer} H{head}"))
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(LineSeries::new(
-                    series(|s| s.previous_token),
-                    color.mix(0.35).stroke_width(1),
-                ))
-                .map_err(|e| err(&e))?;
-        }
-        chart
-            .draw_secondary_series(LineSeries::new(
-                self.points
-                    .iter()
-                    .map(|p| (p.0 as f64, p.1))
-                    .filter(|p| p.1.is_finite()),
-                BLACK.stroke_width(2),
-            ))
-            .map_err(|e| err(&e))?;
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperLeft)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .label_font(("sans-serif", 13))
-            .draw()
-            .map_err(|e| err(&e))?;
-        root.present().map_err(|e| err(&e))
-    }
-}
-
-/// Files written by [`write_report`].
+/// A checkpoint's head table and the attention maps of one text: what `headlab heads`
+/// reports.
 #[derive(Debug, Clone)]
-pub struct Report {
-    /// The head table.
+pub struct HeadReport {
+    /// Every head's scores, ablations and importance.
     pub rows: Vec<HeadRow>,
-    /// The table as printed.
-    pub table: String,
+    /// The maps of `map_ids`.
+    pub maps: AttentionMaps,
 }
 
-/// Analyses `model` and writes `heads.csv`, `heads.json`, `attention.png` and `heads.html`
-/// into `out`. `map_ids` is the text drawn in the attention maps.
-pub fn write_report(
-    out: &Path,
-    title: &str,
+/// Analyses `model` on `probe` and draws the attention maps of the text `map_ids`.
+pub fn head_report(
     model: &Gpt,
-    tokenizer: &crate::tokenizer::Tokenizer,
+    tokenizer: &Tokenizer,
     probe: &Probe,
     map_ids: &[u32],
     device: &Device,
-) -> Result<Report, String> {
-    std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
+) -> HeadReport {
     let rows = analyze(model, probe, device);
-    let write = |name: &str, text: String| {
-        let path = out.join(name);
-        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))
-    };
-    write("heads.csv", to_csv(&rows))?;
-    write(
-        "heads.json",
-        serde_json::to_string_pretty(&rows).expect("serialisable"),
-    )?;
     let t = map_ids.len();
-    let maps = crate::heads_view::AttentionMaps {
+    let maps = AttentionMaps {
         tokens: map_ids.iter().map(|&id| tokenizer.token_text(id)).collect(),
         weights: mean_patterns(model, map_ids, 1, t, device),
     };
-    crate::heads_view::maps_png(&out.join("attention.png"), &maps, &rows)?;
-    write(
-        "heads.html",
-        crate::heads_view::html_page(title, &maps, &rows),
-    )?;
-    Ok(Report {
-        table: to_table(&rows),
-        rows,
-    })
+    HeadReport { rows, maps }
 }

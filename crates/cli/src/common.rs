@@ -1,0 +1,104 @@
+//! What several commands share: the built-in config, run names, opening a trained run, and
+//! the observers of a training run.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use burn::tensor::Device;
+use clap::ValueEnum;
+use headlab_heads::HeadTracker;
+use headlab_report::RunPlots;
+use headlab_train::backend::Backend;
+use headlab_train::config::RunConfig;
+use headlab_train::run::{RunDir, Trained};
+use headlab_train::trainer::Observer;
+
+/// The built-in default run, embedded so `headlab train` works from any folder.
+pub const DEFAULT_CONFIG: &str = include_str!("../../../configs/default.toml");
+
+/// A config file, or the built-in default, with the name its runs are called by.
+pub fn load_config(path: Option<&Path>) -> Result<(RunConfig, String)> {
+    Ok(match path {
+        Some(path) => {
+            let name = path
+                .file_stem()
+                .map_or("run".into(), |s| s.to_string_lossy().into_owned());
+            (RunConfig::load(path)?, name)
+        }
+        None => (
+            RunConfig::from_toml_str(DEFAULT_CONFIG, "built-in configs/default.toml")?,
+            "default".into(),
+        ),
+    })
+}
+
+/// `runs/<name>`, or `runs/<name>-2`, `-3`, ... when taken: without `--out`, a new run never
+/// collides with an old one (and never overwrites it).
+pub fn fresh_run_dir(name: &str) -> PathBuf {
+    let base = Path::new("runs");
+    let mut dir = base.join(name);
+    let mut n = 2;
+    while dir.exists() {
+        dir = base.join(format!("{name}-{n}"));
+        n += 1;
+    }
+    dir
+}
+
+/// Which checkpoint of a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Checkpoint {
+    /// Lowest val loss.
+    Best,
+    /// Most recent.
+    Last,
+}
+
+impl Checkpoint {
+    pub fn name(self) -> &'static str {
+        match self {
+            Checkpoint::Best => "best",
+            Checkpoint::Last => "last",
+        }
+    }
+}
+
+/// A run's model from `checkpoint` on `backend` (`None`: the run's own `train.backend`), with
+/// its config and tokenizer: what every command that reads a trained run starts from.
+pub fn open_run(
+    dir: &Path,
+    backend: Option<&str>,
+    checkpoint: Checkpoint,
+) -> Result<(RunDir, Trained, Device)> {
+    let backend: Option<Backend> = backend.map(str::parse).transpose()?;
+    let run = RunDir::open(dir)?;
+    let config = run.config()?;
+    let tokenizer = run.tokenizer()?;
+    let backend = match backend {
+        Some(backend) => backend,
+        None => config.train.backend.parse()?,
+    };
+    let device = backend.device()?;
+    let gpt = config.model.clone().with_vocab_size(tokenizer.vocab_size());
+    let (model, _) = run
+        .load_model(checkpoint.name(), &gpt, &device)
+        .with_context(|| {
+            format!(
+                "loading the {} checkpoint of {}",
+                checkpoint.name(),
+                dir.display()
+            )
+        })?;
+    let trained = Trained {
+        config,
+        tokenizer,
+        model,
+    };
+    Ok((run, trained, device))
+}
+
+/// What watches every training run: head tracking (when its config asks for it), then the
+/// plots drawn from the files it and the loop write.
+pub fn observers() -> Vec<Box<dyn Observer>> {
+    vec![Box::new(HeadTracker::new()), Box::new(RunPlots::new())]
+}

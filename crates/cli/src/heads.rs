@@ -1,0 +1,82 @@
+//! `headlab heads`.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use headlab_data::{Split, read_text};
+use headlab_heads::{Probe, head_report};
+use headlab_report::{to_table, write_head_report};
+use headlab_train::trainer::load_dataset;
+
+use crate::common::{Checkpoint, open_run};
+
+/// `headlab heads`.
+#[derive(Debug, Args)]
+pub struct HeadsArgs {
+    /// A run directory made by `headlab train`.
+    pub run: PathBuf,
+    /// Text whose attention maps are drawn (default: the start of the val split).
+    #[arg(long, conflicts_with = "file")]
+    pub text: Option<String>,
+    /// Read that text from a file.
+    #[arg(long)]
+    pub file: Option<PathBuf>,
+    /// Where to write heads.csv, heads.json, attention.png and heads.html (default: RUN/heads).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Backend to run on.
+    #[arg(long, default_value = "flex")]
+    pub backend: String,
+    /// Checkpoint to use.
+    #[arg(long, value_enum, default_value_t = Checkpoint::Best)]
+    pub checkpoint: Checkpoint,
+}
+
+/// Runs `headlab heads`.
+pub fn run(args: HeadsArgs) -> Result<()> {
+    let (run, trained, device) = open_run(&args.run, Some(&args.backend), args.checkpoint)?;
+    let (config, tokenizer, model) = (trained.config, trained.tokenizer, trained.model);
+    let data = load_dataset(&config, tokenizer.clone())?;
+    let text = match (&args.text, &args.file) {
+        (Some(text), _) => Some(text.clone()),
+        (None, Some(path)) => Some(read_text(path)?),
+        (None, None) => None,
+    };
+    let block = config.model.block_size;
+    if block < 3 {
+        bail!(
+            "head analysis needs model.block_size >= 3 (a token and two copies of another); this run has {block}"
+        );
+    }
+    let map_ids = match &text {
+        Some(text) => {
+            let ids = tokenizer
+                .encode(text)
+                .context("encoding the text for the attention maps")?;
+            if ids.len() < 2 {
+                bail!("the text has {} tokens; give at least 2", ids.len());
+            }
+            ids[..ids.len().min(block)].to_vec()
+        }
+        None => data.tokens(Split::Val)[..block.min(32)].to_vec(),
+    };
+    let probe = Probe::new(
+        &data,
+        block,
+        tokenizer.vocab_size(),
+        text.as_ref().map(|_| map_ids.clone()),
+        config.train.seed,
+    )?;
+    let out = args.out.clone().unwrap_or_else(|| run.root.join("heads"));
+    let title = format!("headlab heads: {}", run.root.display());
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let report = head_report(&model, &tokenizer, &probe, &map_ids, &device);
+    write_head_report(&out, &title, &report)?;
+    print!("{}", to_table(&report.rows));
+    eprintln!(
+        "wrote {0}/heads.csv, heads.json, attention.png and heads.html (open it in a browser)",
+        out.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,87 @@
+//! `headlab train`.
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::Args;
+use headlab_train::backend::Backend;
+use headlab_train::config::RunConfig;
+use headlab_train::trainer::{TrainOptions, train};
+
+use crate::common::{fresh_run_dir, load_config, observers};
+
+/// `headlab train`.
+#[derive(Debug, Args)]
+pub struct TrainArgs {
+    /// TOML config with [model], [train] and [data] (default: the built-in configs/default.toml).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// Override a config key, e.g. --set train.lr=3e-4 (repeatable).
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// Backend: flex, ndarray or wgpu (overrides train.backend).
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// Run directory to create (default: runs/<config name>, or runs/<config name>-N if taken).
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+    /// Continue the run in this directory from its last checkpoint.
+    /// `--set` still applies, e.g. `--set train.max_iters=4000` to train longer.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "out", "force", "seed"])]
+    pub resume: Option<PathBuf>,
+    /// Overwrite the run directory if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Random seed (overrides train.seed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+/// Resolves the config of `headlab train` from the file, `--set`, `--backend` and `--seed`.
+pub fn resolve_config(args: &TrainArgs) -> Result<(RunConfig, String)> {
+    let (mut config, name) = load_config(args.config.as_deref())?;
+    config.apply_sets(&args.set)?;
+    if let Some(backend) = &args.backend {
+        backend.parse::<Backend>()?;
+        config.train.backend = backend.clone();
+    }
+    if let Some(seed) = args.seed {
+        config.train.seed = seed;
+    }
+    Ok((config, name))
+}
+
+/// Runs `headlab train`.
+pub fn run(args: TrainArgs) -> Result<()> {
+    let options = match &args.resume {
+        Some(dir) => TrainOptions {
+            config: RunConfig::default(),
+            out: dir.clone(),
+            force: false,
+            resume: true,
+            resume_sets: args.set.clone(),
+            print_sample: true,
+        },
+        None => {
+            let (config, name) = resolve_config(&args)?;
+            TrainOptions {
+                config,
+                out: args.out.clone().unwrap_or_else(|| fresh_run_dir(&name)),
+                force: args.force,
+                resume: false,
+                resume_sets: Vec::new(),
+                print_sample: true,
+            }
+        }
+    };
+    let summary = train(options, &mut observers())?;
+    eprintln!(
+        "done: train loss {:.4}, val loss {:.4}; run saved in {} (see loss.png, metrics.csv; \
+         `headlab sample {}` for more text)",
+        summary.train_loss,
+        summary.val_loss,
+        summary.run.display(),
+        summary.run.display()
+    );
+    Ok(())
+}

@@ -1,0 +1,23 @@
+//! Text in, token batches out: everything between a corpus and the model's input.
+//!
+//! - [`corpus`]: the built-in corpora headlab generates (grammar, induction, copy), with the
+//!   grammar's parser so generated text can be checked.
+//! - [`tokenizer`]: char, byte and byte-level BPE tokenizers behind one [`Tokenizer`].
+//! - [`config`]: the `[data]` section of a run config ([`DataConfig`]).
+//! - [`dataset`]: tokenized train/val splits and random windows ([`Dataset`]).
+//! - [`batch`]: seeds derived per step and stream, and windows as Burn tensors.
+//!
+//! This crate knows nothing of models or training; it must not depend on any other
+//! headlab crate.
+
+pub mod batch;
+pub mod config;
+pub mod corpus;
+pub mod dataset;
+pub mod tokenizer;
+
+pub use batch::{STREAM_BATCH, STREAM_DEVICE, STREAM_EVAL, batch_tensors, ids_tensor, mix_seed};
+pub use config::{DataConfig, DataConfigError, DataSource};
+pub use corpus::BuiltinCorpus;
+pub use dataset::{DataError, Dataset, Split, bits_per_char, read_text};
+pub use tokenizer::{StreamDecoder, Tokenizer, TokenizerError, TokenizerKind};

@@ -1,0 +1,22 @@
+//! What each attention head does, as numbers.
+//!
+//! - [`scores`]: score definitions on one attention pattern (previous-token, induction,
+//!   duplicate-token, first-token, distance, entropy) and the labels drawn from them.
+//! - [`analysis`]: fixed probes, pattern scores, zero and mean ablation, gradient importance,
+//!   and the head table of a checkpoint.
+//! - [`history`]: scores through training (`head_history.csv`) and the induction circuit read from
+//!   them.
+//! - [`tracker`]: a training observer that records that history.
+//!
+//! Analysis returns data; pictures and pages of it are `headlab-report`'s job, so this crate
+//! must not depend on it (or on the CLI).
+
+pub mod analysis;
+pub mod history;
+pub mod scores;
+pub mod tracker;
+
+pub use analysis::{AttentionMaps, HeadReport, HeadRow, PatternScores, Probe, head_report};
+pub use history::{Circuit, HISTORY_HEADER, HeadHistory, find_circuit};
+pub use scores::HeadLabel;
+pub use tracker::{HISTORY_FILE, HeadTracker, LEGACY_HISTORY_FILE};

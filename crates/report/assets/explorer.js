@@ -1,0 +1,50 @@
+const D = JSON.parse(document.getElementById('data').textContent);
+const T = D.maps.tokens.length, L = D.maps.weights.length, H = L ? D.maps.weights[0].length : 0;
+let cur = { layer: 0, head: 0 };
+const shade = w => { const s = Math.sqrt(Math.max(0, Math.min(1, w)));
+  return `rgb(${255 - 247 * s | 0},${255 - 207 * s | 0},${255 - 148 * s | 0})`; };
+const row = (l, h) => D.rows.find(r => r.layer === l && r.head === h);
+function pick(l, h) {
+  cur = { layer: l, head: h };
+  document.getElementById('layer').value = l; document.getElementById('head').value = h;
+  const r = row(l, h);
+  document.getElementById('desc').textContent = r ? ` ${r.label}: previous-token ${r.previous_token.toFixed(2)}, induction ${r.induction.toFixed(2)}` : '';
+  document.querySelectorAll('.panel').forEach(p => p.classList.toggle('sel', +p.dataset.layer === l && +p.dataset.head === h));
+  document.querySelectorAll('#table tr[data-layer]').forEach(tr => tr.classList.toggle('sel', +tr.dataset.layer === l && +tr.dataset.head === h));
+  hover(-1);
+}
+function hover(i) {
+  const a = D.maps.weights[cur.layer][cur.head];
+  document.querySelectorAll('#tokens .tok').forEach((el, j) => {
+    el.classList.toggle('q', j === i);
+    el.style.background = i < 0 ? '' : shade(a[i * T + j]);
+    el.title = i < 0 ? '' : (a[i * T + j] * 100).toFixed(1) + '%';
+  });
+}
+const tokDiv = document.getElementById('tokens');
+D.maps.tokens.forEach((t, i) => { const s = document.createElement('span'); s.className = 'tok'; s.textContent = t;
+  s.onmouseenter = () => hover(i); s.onmouseleave = () => hover(-1); tokDiv.appendChild(s); });
+for (const [id, n] of [['layer', L], ['head', H]]) {
+  const sel = document.getElementById(id);
+  for (let k = 0; k < n; k++) sel.add(new Option(k, k));
+  sel.onchange = () => pick(+document.getElementById('layer').value, +document.getElementById('head').value);
+}
+const grid = document.getElementById('grid'), px = Math.max(2, Math.floor(160 / Math.max(T, 1)));
+for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
+  const p = document.createElement('div'); p.className = 'panel'; p.dataset.layer = l; p.dataset.head = h;
+  const r = row(l, h); const cap = document.createElement('div');
+  cap.textContent = `L${l} H${h}` + (r ? ` ${r.label}` : ''); p.appendChild(cap);
+  const c = document.createElement('canvas'); c.width = c.height = T * px; p.appendChild(c);
+  const g = c.getContext('2d'), a = D.maps.weights[l][h]; let cells = 0;
+  for (let i = 0; i < T; i++) for (let j = 0; j < T; j++) {
+    const w = a[i * T + j]; if (w > 0.01) cells++; g.fillStyle = shade(w); g.fillRect(j * px, i * px, px, px); }
+  p.dataset.cells = cells; p.onclick = () => pick(l, h); grid.appendChild(p);
+}
+const cols = ['layer', 'head', 'label', 'previous_token', 'induction', 'duplicate_token', 'first_token', 'mean_distance', 'entropy', 'ablation_zero', 'ablation_mean', 'grad_importance'];
+const tbl = document.getElementById('table');
+tbl.innerHTML = '<tr>' + cols.map(c => `<th>${c}</th>`).join('') + '</tr>';
+for (const r of D.rows) { const tr = tbl.insertRow(); tr.dataset.layer = r.layer; tr.dataset.head = r.head;
+  tr.innerHTML = cols.map(c => `<td>${typeof r[c] === 'number' && !Number.isInteger(r[c]) ? r[c].toFixed(3) : r[c]}</td>`).join('');
+  tr.onclick = () => pick(r.layer, r.head); }
+if (L) pick(0, 0);
+document.body.dataset.ready = '1';

@@ -1,0 +1,142 @@
+//! `headlab compare`'s files: the report as JSON and markdown, the loss curves, and their
+//! gaps to the reference against the tolerance.
+
+use std::path::Path;
+
+use headlab_train::compare::{CompareReport, UNIT_ROUNDOFF};
+
+use crate::ReportError;
+use crate::plot::{Series, line_chart};
+
+/// Writes `compare.json`, `compare.md`, `compare.png` (losses) and `compare-gap.png` (their
+/// gaps to the reference against the tolerance) into `out`.
+pub fn write_compare(report: &CompareReport, out: &Path) -> Result<(), ReportError> {
+    let json = serde_json::to_string_pretty(report).expect("the report serialises");
+    crate::write(&out.join("compare.json"), json + "\n")?;
+    crate::write(&out.join("compare.md"), compare_markdown(report))?;
+    let series: Vec<Series> = report
+        .backends
+        .iter()
+        .filter(|b| b.available)
+        .map(|b| Series {
+            label: b.backend.clone(),
+            points: b
+                .losses
+                .iter()
+                .enumerate()
+                .map(|(s, &l)| (s as f64, l))
+                .collect(),
+            faint: false,
+        })
+        .collect();
+    line_chart(
+        &out.join("compare.png"),
+        "training loss on each backend (same init, same batches)",
+        "step",
+        "loss",
+        &series,
+    )?;
+
+    // The curves coincide to the eye; their gaps, on a log scale, against the tolerance.
+    let reference = report
+        .backends
+        .iter()
+        .find(|b| b.backend == report.reference);
+    let mut gaps: Vec<Series> = report
+        .backends
+        .iter()
+        .filter(|b| b.available && b.backend != report.reference)
+        .filter_map(|b| {
+            let r = reference?;
+            let points = r
+                .losses
+                .iter()
+                .zip(&b.losses)
+                .enumerate()
+                // An exact match has no logarithm; show it at the f32 roundoff of the loss.
+                .map(|(s, (a, c))| {
+                    (
+                        s as f64,
+                        ((a - c).abs().max(a.abs() * UNIT_ROUNDOFF)).log10(),
+                    )
+                })
+                .collect();
+            Some(Series {
+                label: format!("{} - {}", b.backend, report.reference),
+                points,
+                faint: false,
+            })
+        })
+        .collect();
+    gaps.push(Series {
+        label: "tolerance".into(),
+        points: (0..report.steps)
+            .map(|s| {
+                let tol = report.tolerance.loss(report.max_abs_logit, s);
+                (s as f64, tol.log10())
+            })
+            .collect(),
+        faint: true,
+    });
+    line_chart(
+        &out.join("compare-gap.png"),
+        "|loss difference| to the reference backend",
+        "step",
+        "log10 |loss - reference loss|",
+        &gaps,
+    )
+}
+
+/// `compare.md`: the setup in a sentence, then one row per backend.
+pub fn compare_markdown(report: &CompareReport) -> String {
+    let m = &report.config.model;
+    let mut s = format!(
+        "{} steps of a {}-layer, {}-head, d_model {} GPT ({} parameters), batch {} x {} \
+         tokens, reference {}.\nTolerance (bounds of f32 rounding, see the README): \
+         logits {:.2e}, loss {:.2e} at the last step.\n\n",
+        report.steps,
+        m.n_layers,
+        m.n_heads,
+        m.d_model,
+        report.params,
+        report.config.train.batch_size,
+        m.block_size,
+        report.reference,
+        report.logits_tolerance,
+        report.final_loss_tolerance,
+    );
+    s.push_str(
+        "| backend | max abs logit diff (step 0) | max abs loss diff (step) | agrees | \
+         forward ms | backward ms | optimizer ms | step ms | tokens/s | first step ms | \
+         peak RSS MiB | device MiB |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
+    for b in &report.backends {
+        if !b.available {
+            s.push_str(&format!(
+                "| {} | not available: {} | | | | | | | | | | |\n",
+                b.backend,
+                b.reason.as_deref().unwrap_or("unknown").replace('|', "/")
+            ));
+            continue;
+        }
+        let step_ms = b.forward_ms + b.backward_ms + b.optimizer_ms;
+        s.push_str(&format!(
+            "| {} | {:.2e} | {:.2e} ({}) | {} | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {} | {} |\n",
+            b.backend,
+            b.max_logit_diff,
+            b.max_loss_diff,
+            b.max_loss_diff_step,
+            if b.within_tolerance { "yes" } else { "NO" },
+            b.forward_ms,
+            b.backward_ms,
+            b.optimizer_ms,
+            step_ms,
+            report.tokens_per_step as f64 * 1000.0 / step_ms.max(1e-9),
+            b.first_step_ms,
+            opt(b.peak_rss_mib),
+            opt(b.device_reserved_mib),
+        ));
+    }
+    s
+}

@@ -1,0 +1,149 @@
+//! The head table of a checkpoint as files: `heads.csv`, `heads.json`, `attention.png`,
+//! `heads.html`, and as text for a terminal.
+
+use std::path::Path;
+
+use headlab_heads::{HeadReport, HeadRow};
+
+use crate::ReportError;
+use crate::maps::{html_page, maps_png};
+
+/// Writes `heads.csv`, `heads.json`, `attention.png` and `heads.html` into `out`.
+pub fn write_head_report(out: &Path, title: &str, report: &HeadReport) -> Result<(), ReportError> {
+    std::fs::create_dir_all(out).map_err(|e| ReportError::write(out, e))?;
+    let rows = &report.rows;
+    crate::write(&out.join("heads.csv"), to_csv(rows))?;
+    let json = serde_json::to_string_pretty(rows).expect("head rows serialise");
+    crate::write(&out.join("heads.json"), json)?;
+    maps_png(&out.join("attention.png"), &report.maps, rows)?;
+    crate::write(
+        &out.join("heads.html"),
+        html_page(title, &report.maps, rows),
+    )
+}
+
+/// The numeric columns: CSV header, terminal header and width, decimals in CSV and on the
+/// terminal.
+const COLUMNS: [(&str, &str, usize, usize, usize); 9] = [
+    ("previous_token", "prev", 6, 4, 3),
+    ("induction", "induct", 6, 4, 3),
+    ("duplicate_token", "dup", 6, 4, 3),
+    ("first_token", "first", 6, 4, 3),
+    ("mean_distance", "dist", 6, 3, 2),
+    ("entropy", "entr", 6, 4, 3),
+    ("ablation_zero", "abl-zero", 8, 5, 4),
+    ("ablation_mean", "abl-mean", 8, 5, 4),
+    ("grad_importance", "grad", 8, 5, 4),
+];
+
+/// A row's values in [`COLUMNS`] order.
+fn values(r: &HeadRow) -> [f64; 9] {
+    let s = &r.scores;
+    [
+        s.previous_token,
+        s.induction,
+        s.duplicate_token,
+        s.first_token,
+        s.mean_distance,
+        s.entropy,
+        r.ablation_zero,
+        r.ablation_mean,
+        r.grad_importance,
+    ]
+}
+
+/// The table as CSV.
+pub fn to_csv(rows: &[HeadRow]) -> String {
+    let mut out = String::from("layer,head,label");
+    for (name, ..) in COLUMNS {
+        out += &format!(",{name}");
+    }
+    out.push('\n');
+    for r in rows {
+        out += &format!("{},{},{}", r.scores.layer, r.scores.head, r.label);
+        for ((.., decimals, _), v) in COLUMNS.iter().zip(values(r)) {
+            out += &format!(",{v:.decimals$}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// The table for a terminal.
+pub fn to_table(rows: &[HeadRow]) -> String {
+    let mut out = format!("{:>5} {:>4}  {:<14}", "layer", "head", "label");
+    for (_, short, width, ..) in COLUMNS {
+        out += &format!(" {short:>width$}");
+    }
+    out.push('\n');
+    for r in rows {
+        out += &format!(
+            "{:>5} {:>4}  {:<14}",
+            r.scores.layer,
+            r.scores.head,
+            r.label.to_string()
+        );
+        for ((_, _, width, _, decimals), v) in COLUMNS.iter().zip(values(r)) {
+            out += &format!(" {v:>width$.decimals$}");
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use headlab_heads::{HeadLabel, PatternScores};
+
+    use super::*;
+
+    fn row() -> HeadRow {
+        HeadRow {
+            scores: PatternScores {
+                layer: 1,
+                head: 3,
+                previous_token: 0.91234,
+                induction: 0.5,
+                duplicate_token: 0.25,
+                first_token: 0.125,
+                mean_distance: 2.345,
+                entropy: 0.75,
+            },
+            ablation_zero: 0.123456,
+            ablation_mean: -0.0001,
+            grad_importance: 1.5,
+            label: HeadLabel::PreviousToken,
+        }
+    }
+
+    /// The file format other tools read: column names and digits written out by hand.
+    #[test]
+    fn csv_has_the_documented_columns_and_digits() {
+        let csv = to_csv(&[row()]);
+        let mut lines = csv.lines();
+        assert_eq!(
+            lines.next().unwrap(),
+            "layer,head,label,previous_token,induction,duplicate_token,first_token,\
+             mean_distance,entropy,ablation_zero,ablation_mean,grad_importance"
+        );
+        assert_eq!(
+            lines.next().unwrap(),
+            "1,3,previous-token,0.9123,0.5000,0.2500,0.1250,2.345,0.7500,0.12346,-0.00010,1.50000"
+        );
+    }
+
+    #[test]
+    fn the_terminal_table_lines_up() {
+        let table = to_table(&[row(), row()]);
+        let widths: Vec<usize> = table.lines().map(str::len).collect();
+        assert!(widths.iter().all(|&w| w == widths[0]), "{table}");
+        assert!(
+            table
+                .lines()
+                .nth(1)
+                .unwrap()
+                .ends_with(" 0.1235  -0.0001   1.5000"),
+            "{table}"
+        );
+    }
+}

@@ -1,0 +1,68 @@
+//! Every picture, page and table headlab writes: PNG charts (plotters, with an embedded
+//! font), the attention explorer page, markdown and CSV tables.
+//!
+//! - [`plot`]: line charts; [`loss`]: `loss.png`; [`history`]: `heads.png`.
+//! - [`maps`]: the attention-map grid (`attention.png`) and the explorer page (`heads.html`).
+//! - [`heads`]: a checkpoint's head table as files and as terminal text.
+//! - [`compare`]: `headlab compare`'s files; [`bench`]: `headlab-bench`'s report.
+//! - [`observer`]: the plots of a run, redrawn while it trains.
+//!
+//! It draws data that the other crates compute and never computes any itself; only the CLI
+//! depends on it.
+
+pub mod bench;
+pub mod compare;
+pub mod heads;
+pub mod history;
+pub mod loss;
+pub mod maps;
+pub mod observer;
+pub mod plot;
+
+use std::path::{Path, PathBuf};
+
+pub use compare::{compare_markdown, write_compare};
+pub use heads::{to_table, write_head_report};
+pub use observer::RunPlots;
+
+/// A file that could not be drawn or written.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    /// Plotting failed.
+    #[error("cannot draw {}: {message}", path.display())]
+    Draw {
+        /// The picture.
+        path: PathBuf,
+        /// plotters' message.
+        message: String,
+    },
+    /// Writing failed.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file or folder.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+impl ReportError {
+    fn draw(path: &Path, e: &dyn std::fmt::Display) -> Self {
+        Self::Draw {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        }
+    }
+
+    fn write(path: &Path, source: std::io::Error) -> Self {
+        Self::Write {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}
+
+/// Writes `text` to `path`.
+fn write(path: &Path, text: impl AsRef<[u8]>) -> Result<(), ReportError> {
+    std::fs::write(path, text).map_err(|e| ReportError::write(path, e))
+}

@@ -1,0 +1,103 @@
+//! One optimizer step, as `headlab train` takes it and `headlab compare` repeats it on each
+//! backend: `grad_accum` micro-batches drawn for step `it`, each loss scaled by
+//! `1 / grad_accum`, gradients accumulated, the global norm clipped to `train.grad_clip`,
+//! then one AdamW update.
+
+use std::time::Instant;
+
+use burn::optim::{GradientsAccumulator, GradientsParams};
+use burn::tensor::Device;
+use headlab_data::{
+    DataError, Dataset, STREAM_BATCH, STREAM_DEVICE, Split, batch_tensors, mix_seed,
+};
+use headlab_model::{Gpt, cross_entropy};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+
+use crate::config::TrainConfig;
+use crate::optim::{AdamW, global_grad_norm};
+
+/// The gradients of step `it`, before clipping.
+#[derive(Debug)]
+pub struct StepGradients {
+    /// Summed over the micro-batches.
+    pub grads: GradientsParams,
+    /// The step's loss: the mean over its micro-batches.
+    pub loss: f64,
+    /// Global L2 norm of `grads` over every parameter.
+    pub norm: f64,
+    /// Seconds in forward passes (with the loss).
+    pub forward_s: f64,
+    /// Seconds in backward passes and accumulation.
+    pub backward_s: f64,
+    /// Seconds computing `norm` (part of the optimizer's work in `headlab compare`).
+    pub norm_s: f64,
+}
+
+/// The batches `headlab train` draws at step `it` (every micro-batch), as
+/// `[batch_size * block_size]` inputs and targets.
+pub fn step_batches(
+    data: &Dataset,
+    train: &TrainConfig,
+    block_size: usize,
+    it: usize,
+) -> Result<Vec<(Vec<u32>, Vec<u32>)>, DataError> {
+    let mut rng = StdRng::seed_from_u64(mix_seed(train.seed, it as u64, STREAM_BATCH));
+    (0..train.grad_accum)
+        .map(|_| data.sample_batch(Split::Train, train.batch_size, block_size, &mut rng))
+        .collect()
+}
+
+/// Forward and backward over step `it`'s micro-batches on `device` (an autodiff device).
+/// With `sync`, the device finishes its queued work before each timing is read, so the
+/// timings of asynchronous backends mean what they say.
+pub fn gradients(
+    model: &Gpt,
+    data: &Dataset,
+    train: &TrainConfig,
+    it: usize,
+    device: &Device,
+    sync: bool,
+) -> Result<StepGradients, DataError> {
+    let (b, t) = (train.batch_size, model.config.block_size);
+    device.seed(mix_seed(train.seed, it as u64, STREAM_DEVICE));
+    let mut accumulator = GradientsAccumulator::<Gpt>::new();
+    let (mut loss_sum, mut forward_s, mut backward_s) = (0.0, 0.0, 0.0);
+    for (x, y) in step_batches(data, train, t, it)? {
+        let (x, y) = batch_tensors(&x, &y, b, t, device);
+        let start = Instant::now();
+        let loss = cross_entropy(model.forward(x), y, None).div_scalar(train.grad_accum as f64);
+        loss_sum += f64::from(loss.clone().into_scalar::<f32>());
+        forward_s += start.elapsed().as_secs_f64();
+        let start = Instant::now();
+        let grads = GradientsParams::from_grads(loss.backward(), model);
+        accumulator.accumulate(model, grads);
+        if sync {
+            // A failed sync shows up at the next read of the device; timing goes on.
+            let _ = device.sync();
+        }
+        backward_s += start.elapsed().as_secs_f64();
+    }
+    let grads = accumulator.grads();
+    let start = Instant::now();
+    let norm = global_grad_norm(model, &grads);
+    Ok(StepGradients {
+        grads,
+        loss: loss_sum,
+        norm,
+        forward_s,
+        backward_s,
+        norm_s: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// Clips the gradients' global norm to `grad_clip` (0: no clipping) and takes one AdamW step
+/// at learning rate `lr`.
+pub fn update(model: Gpt, optim: &mut AdamW, step: &StepGradients, lr: f64, grad_clip: f64) -> Gpt {
+    let scale = if grad_clip > 0.0 && step.norm > grad_clip {
+        grad_clip / (step.norm + 1e-6)
+    } else {
+        1.0
+    };
+    optim.step(model, &step.grads, lr, scale)
+}
