@@ -70,21 +70,68 @@ impl Drop for KeepFreedPages {
 mod tests {
     use super::*;
 
-    /// The index is mimalloc's purge delay (its default is 1000 ms in v3, 10 in v2, not the
-    /// value of a neighbouring option), and guards set it and restore it. Other tests may hold
-    /// guards meanwhile, so the default is checked only while none is alive.
+    /// Set in the child process of [`the_index_is_the_purge_delay_and_the_last_guard_restores_it`].
+    const CHILD: &str = "HEADLAB_ALLOC_TEST_CHILD";
+    /// The purge delay the child is started with, through mimalloc's own environment variable:
+    /// no option of mimalloc v2 or v3 has it by default.
+    const FROM_ENV: c_long = 4321;
+
+    /// Guards set the option while any is alive. Other tests may hold guards too, but none can
+    /// restore the setting while these two live, so this holds under parallel tests.
     #[test]
-    fn guards_turn_purging_off_and_the_last_restores_it() {
+    fn guards_turn_purging_off_while_any_is_alive() {
         let outer = KeepFreedPages::new();
         let inner = KeepFreedPages::new();
         assert_eq!(purge_delay(), -1);
         drop(outer);
         assert_eq!(purge_delay(), -1, "a guard is still alive");
         drop(inner);
-        let guards = GUARDS.lock().unwrap();
-        if guards.0 == 0 {
-            let now = purge_delay();
-            assert!(now == 1000 || now == 10, "not the purge delay: {now}");
+    }
+
+    /// The index is mimalloc's purge delay, and the last guard restores the setting before the
+    /// first. mimalloc reads `MIMALLOC_<option name>` when it initialises an option, so a
+    /// process started with `MIMALLOC_PURGE_DELAY=4321` must read 4321 at the index, and read
+    /// it again after the guards are gone. That runs in a child process of this test binary
+    /// holding only this test, so no other test's guard can be alive there: the check cannot
+    /// be skipped and does not depend on other tests' timing.
+    #[test]
+    fn the_index_is_the_purge_delay_and_the_last_guard_restores_it() {
+        if std::env::var_os(CHILD).is_some() {
+            assert_eq!(purge_delay(), FROM_ENV, "not the purge delay");
+            let outer = KeepFreedPages::new();
+            let inner = KeepFreedPages::new();
+            assert_eq!(purge_delay(), -1);
+            drop(outer);
+            assert_eq!(purge_delay(), -1, "a guard is still alive");
+            drop(inner);
+            assert_eq!(purge_delay(), FROM_ENV, "the last guard did not restore it");
+            return;
         }
+        // This test's name as the harness knows it: the module path without the crate.
+        let path = concat!(
+            module_path!(),
+            "::the_index_is_the_purge_delay_and_the_last_guard_restores_it"
+        );
+        let name = path.split_once("::").expect("a crate prefix").1;
+        let out = std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args([name, "--exact", "--test-threads=1", "--nocapture"])
+            .env(CHILD, "1")
+            .env("MIMALLOC_PURGE_DELAY", FROM_ENV.to_string())
+            // Its failure message, without a backtrace to bury it.
+            .env("RUST_BACKTRACE", "0")
+            .output()
+            .expect("the test binary runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "the child failed ({}):\n{stdout}\n{stderr}",
+            out.status
+        );
+        // A filter that matches no test succeeds too: the child must have run this one.
+        assert!(
+            stdout.contains("1 passed"),
+            "the child did not run {name}:\n{stdout}"
+        );
     }
 }
