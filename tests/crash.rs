@@ -5,6 +5,7 @@
 //! how to resume; a diverging run stops with exit code 3 and keeps its last good checkpoint.
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
@@ -39,6 +40,9 @@ const TINY: &[&str] = &[
     "--set",
     "data.builtin_chars=20000",
 ];
+
+/// Steps of the SIGKILL test's runs.
+const MAX_ITERS: usize = 60;
 
 fn command(args: &[&str], cwd: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_headlab"));
@@ -140,10 +144,23 @@ impl Running {
         }
     }
 
-    /// SIGKILL, then reap.
+    /// SIGKILL, then reap. The process must still have been running: it had not exited just
+    /// before, and it ended by the signal (a process that had exited on its own would report
+    /// its exit code, even if it exited between the check and the kill).
     fn kill(mut self) {
+        let early = self.child.try_wait().unwrap();
+        assert!(
+            early.is_none(),
+            "the run exited ({early:?}) before the kill; stderr so far:\n{}",
+            self.seen.join("\n")
+        );
         self.child.kill().unwrap();
-        self.child.wait().unwrap();
+        let status = self.child.wait().unwrap();
+        assert_eq!(
+            status.signal(),
+            Some(9),
+            "the run was not ended by SIGKILL ({status})"
+        );
     }
 
     /// Waits for exit; (exit code, all of stderr).
@@ -154,13 +171,56 @@ impl Running {
     }
 }
 
-/// The run loads (`eval` on its last checkpoint), then resumes to the end; its metrics must
-/// equal the uninterrupted run's.
+/// Largest step among the complete rows of metrics.csv (a row cut short by the kill is
+/// skipped), 0 if there are none.
+fn last_logged_step(run: &Path) -> usize {
+    let text = std::fs::read_to_string(run.join("metrics.csv")).unwrap_or_default();
+    let columns = text.lines().next().map_or(0, |h| h.split(',').count());
+    text.lines()
+        .skip(1)
+        .filter(|l| l.split(',').count() == columns)
+        .filter_map(|l| l.split(',').next()?.parse().ok())
+        .max()
+        .unwrap_or(0)
+}
+
+/// Steps of the `step N: train loss ...` lines a run printed at its evals.
+fn eval_steps(stderr: &str) -> Vec<usize> {
+    stderr
+        .lines()
+        .filter(|l| l.contains(": train loss "))
+        .filter_map(|l| l.trim_start().strip_prefix("step "))
+        .filter_map(|l| l.split(':').next()?.trim().parse().ok())
+        .collect()
+}
+
+/// The run was killed mid-run (nothing logged or saved at `MAX_ITERS`), loads (`eval` on its
+/// last checkpoint), then resumes from that checkpoint, not from scratch, to the end; its
+/// metrics must equal the uninterrupted run's.
 fn resume_and_compare(dir: &Path, name: &str, straight: &[(usize, String, String)], what: &str) {
+    let run = dir.join(name);
+    let logged = last_logged_step(&run);
+    assert!(logged < MAX_ITERS, "{what}: step {logged} was logged");
+    // `.last.old` is what loading falls back to when the kill came between the renames.
+    let saved = ["last", ".last.old"]
+        .iter()
+        .map(|c| run.join(c))
+        .find(|c| c.is_dir())
+        .map(|c| checkpoint_step(&c))
+        .unwrap_or_else(|| panic!("{what}: no checkpoint"));
+    assert!(saved < MAX_ITERS, "{what}: checkpoint at step {saved}");
     ok(command(&["eval", name, "--checkpoint", "last"], dir)
         .output()
         .unwrap());
-    ok(command(&["train", "--resume", name], dir).output().unwrap());
+    let stderr = ok(command(&["train", "--resume", name], dir).output().unwrap());
+    // A resumed run does not evaluate again at its checkpoint's step: its first eval is the
+    // next one (TINY evaluates every 5 steps), and it evaluates up to the end.
+    let evals = eval_steps(&stderr);
+    let expected: Vec<usize> = (saved + 1..=MAX_ITERS).filter(|s| s % 5 == 0).collect();
+    assert_eq!(
+        evals, expected,
+        "{what}: resumed from step {saved}, evaluated at\n{stderr}"
+    );
     let resumed = metrics(&dir.join(name));
     assert_eq!(
         resumed, straight,
@@ -181,7 +241,8 @@ fn resume_and_compare(dir: &Path, name: &str, straight: &[(usize, String, String
 fn sigkill_at_any_moment_then_resume_matches_a_straight_run() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let max = ["--set", "train.max_iters=60"];
+    let max_iters = format!("train.max_iters={MAX_ITERS}");
+    let max = ["--set", max_iters.as_str()];
     ok(command(&train_args("straight", &max), dir)
         .output()
         .unwrap());
