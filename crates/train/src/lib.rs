@@ -8,7 +8,7 @@
 //! - [`optim`], [`schedule`]: AdamW and the learning rate.
 //! - [`step`]: one optimizer step (micro-batches, clipping, AdamW).
 //! - [`eval`]: loss on held-out text.
-//! - [`metrics`]: `metrics.csv`.
+//! - [`metrics`]: the `metrics.csv` file.
 //! - [`trainer`]: the loop, with [`trainer::Observer`]s for everything it does not own
 //!   (head tracking, plots).
 //! - [`compare`]: one model on several backends, agreement and speed, as data.

@@ -34,14 +34,16 @@ pub struct StepGradients {
     pub norm_s: f64,
 }
 
-/// The batches `headlab train` draws at step `it` (every micro-batch), as
-/// `[batch_size * block_size]` inputs and targets.
+/// One micro-batch: `[batch_size * block_size]` inputs and targets, row-major.
+pub type Batch = (Vec<u32>, Vec<u32>);
+
+/// The batches `headlab train` draws at step `it` (every micro-batch).
 pub fn step_batches(
     data: &Dataset,
     train: &TrainConfig,
     block_size: usize,
     it: usize,
-) -> Result<Vec<(Vec<u32>, Vec<u32>)>, DataError> {
+) -> Result<Vec<Batch>, DataError> {
     let mut rng = StdRng::seed_from_u64(mix_seed(train.seed, it as u64, STREAM_BATCH));
     (0..train.grad_accum)
         .map(|_| data.sample_batch(Split::Train, train.batch_size, block_size, &mut rng))
