@@ -317,3 +317,54 @@ fn without_out_a_new_run_gets_a_fresh_directory_and_never_overwrites() {
         first
     );
 }
+
+/// `--resume` honours `--backend` as it honours `--set train.backend` (it used to keep the
+/// run's backend), and the change is saved with the run.
+#[test]
+fn resume_moves_a_run_to_another_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    train(
+        dir.path(),
+        "run",
+        &[
+            "--set",
+            "train.max_iters=6",
+            "--set",
+            "train.eval_interval=3",
+        ],
+    );
+    let out = headlab(
+        &[
+            "train",
+            "--resume",
+            "run",
+            "--backend",
+            "ndarray",
+            "--set",
+            "train.max_iters=9",
+        ],
+        dir.path(),
+    );
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("on ndarray"), "{stderr}");
+    let config = std::fs::read_to_string(dir.path().join("run/config.toml")).unwrap();
+    assert!(config.contains("backend = \"ndarray\""), "{config}");
+}
+
+/// Without a config file, a run on the user's own text is named after it.
+#[test]
+fn a_run_on_a_text_file_is_named_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("poems.txt"), "roses are red\n".repeat(400)).unwrap();
+    let mut args = vec![
+        "train",
+        "--set",
+        "data.path=poems.txt",
+        "--set",
+        "train.max_iters=2",
+    ];
+    args.extend_from_slice(&TINY[..TINY.len() - 2]);
+    ok(&headlab(&args, dir.path()));
+    assert!(dir.path().join("runs/poems/config.toml").is_file());
+}

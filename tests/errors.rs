@@ -469,3 +469,55 @@ fn wgpu_without_an_adapter_says_why_and_how_to_get_one() {
     );
     assert!(!err.contains("RecvError"), "{err}");
 }
+
+/// Resuming a run that already reached train.max_iters (or a max_iters below its step) says
+/// where it is and how to extend it, with exit 2 and nothing written. It used to print
+/// "done: train loss NaN" and exit 0.
+#[test]
+fn resuming_a_finished_run_says_how_to_extend_it_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    trained(dir, "g");
+    let msg = ["already at step 4", "train.max_iters is 4", "--resume g"];
+    fails(dir, &["train", "--resume", "g"], &msg);
+    fails(
+        dir,
+        &["train", "--resume", "g", "--set", "train.max_iters=2"],
+        &["already at step 4", "train.max_iters is 2"],
+    );
+}
+
+/// Arguments are checked before any backend starts: a bad --steps is the only thing said,
+/// with none of the noise wgpu's start makes (here: EGL's complaint about an unset
+/// XDG_RUNTIME_DIR).
+#[test]
+fn compare_checks_its_arguments_before_starting_a_backend() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let err = fails_env(
+        dir,
+        &["compare", "--backends", "flex,wgpu", "--steps", "0"],
+        &[("XDG_RUNTIME_DIR", "")],
+        &["--steps must be at least 1"],
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+/// Options that do not apply are refused, and a checkpoint folder given as a run says which
+/// option picks it.
+#[test]
+fn misplaced_options_and_paths_say_what_to_use_instead() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fails(
+        dir,
+        &["lab", "induction", "--seeds", "1,2"],
+        &["--seeds and --heads are for `lab heads`"],
+    );
+    trained(dir, "g");
+    fails(
+        dir,
+        &["sample", "g/last"],
+        &["checkpoint folder", "--checkpoint last"],
+    );
+}

@@ -14,7 +14,7 @@ use crate::common::{fresh_run_dir, load_config};
 #[derive(Debug, Args)]
 pub struct CompareArgs {
     /// A TOML run config (default: the built-in configs/default.toml).
-    #[arg(long)]
+    #[arg(long, short)]
     pub config: Option<PathBuf>,
     /// Override a config key (repeatable), e.g. --set model.d_model=32.
     #[arg(long = "set", value_name = "KEY=VALUE")]

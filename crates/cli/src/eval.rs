@@ -21,9 +21,9 @@ pub struct EvalArgs {
     /// Evaluate on this UTF-8 text file instead.
     #[arg(long)]
     pub file: Option<PathBuf>,
-    /// Backend to run on.
-    #[arg(long, default_value = "flex")]
-    pub backend: String,
+    /// Backend to run on: flex, ndarray or wgpu (default: the run's own train.backend).
+    #[arg(long, short)]
+    pub backend: Option<String>,
     /// Checkpoint to use.
     #[arg(long, value_enum, default_value_t = Checkpoint::Best)]
     pub checkpoint: Checkpoint,
@@ -42,7 +42,7 @@ pub enum SplitArg {
 /// and bits per character (total nats / characters predicted / ln 2), which compares across
 /// tokenizers.
 pub fn run(args: EvalArgs) -> Result<()> {
-    let (_, trained, device) = open_run(&args.run, Some(&args.backend), args.checkpoint)?;
+    let (_, trained, device) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
     let (config, tokenizer, model) = (trained.config, trained.tokenizer, trained.model);
     let (tokens, what) = match &args.file {
         Some(path) => {

@@ -23,11 +23,11 @@ pub struct HeadsArgs {
     #[arg(long)]
     pub file: Option<PathBuf>,
     /// Where to write heads.csv, heads.json, attention.png and heads.html (default: RUN/heads).
-    #[arg(long)]
+    #[arg(long, short)]
     pub out: Option<PathBuf>,
-    /// Backend to run on.
-    #[arg(long, default_value = "flex")]
-    pub backend: String,
+    /// Backend to run on: flex, ndarray or wgpu (default: the run's own train.backend).
+    #[arg(long, short)]
+    pub backend: Option<String>,
     /// Checkpoint to use.
     #[arg(long, value_enum, default_value_t = Checkpoint::Best)]
     pub checkpoint: Checkpoint,
@@ -35,7 +35,7 @@ pub struct HeadsArgs {
 
 /// Runs `headlab heads`.
 pub fn run(args: HeadsArgs) -> Result<()> {
-    let (run, trained, device) = open_run(&args.run, Some(&args.backend), args.checkpoint)?;
+    let (run, trained, device) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
     let (config, tokenizer, model) = (trained.config, trained.tokenizer, trained.model);
     let data = load_dataset(&config, tokenizer.clone())?;
     let text = match (&args.text, &args.file) {
@@ -56,6 +56,13 @@ pub fn run(args: HeadsArgs) -> Result<()> {
                 .context("encoding the text for the attention maps")?;
             if ids.len() < 2 {
                 bail!("the text has {} tokens; give at least 2", ids.len());
+            }
+            if ids.len() > block {
+                eprintln!(
+                    "note: the text has {} tokens; the maps show its first {block} \
+                     (model.block_size, the longest context the model has)",
+                    ids.len()
+                );
             }
             ids[..ids.len().min(block)].to_vec()
         }

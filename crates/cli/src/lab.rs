@@ -20,6 +20,7 @@ use headlab_heads::analysis::{mean_patterns, pattern_scores};
 use headlab_heads::scores::label;
 use headlab_heads::{HISTORY_FILE, HeadHistory, HeadReport, Probe, find_circuit, head_report};
 use headlab_report::{to_table, write_head_report};
+use headlab_train::backend::Backend;
 use headlab_train::config::RunConfig;
 use headlab_train::run::Trained;
 use headlab_train::trainer::{TrainOptions, TrainSummary, load_dataset, train};
@@ -59,12 +60,27 @@ pub struct LabArgs {
     /// Override a config key of the lab's runs (repeatable), e.g. --set train.max_iters=300.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Seeds for `lab heads` (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
-    pub seeds: Vec<u64>,
-    /// Head counts for `lab heads` (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
-    pub heads: Vec<usize>,
+    /// Backend of the lab's runs: flex, ndarray or wgpu (overrides train.backend).
+    #[arg(long, short)]
+    pub backend: Option<String>,
+    /// Seeds for `lab heads` (comma-separated; default 1,2,3).
+    #[arg(long, value_delimiter = ',')]
+    pub seeds: Option<Vec<u64>>,
+    /// Head counts for `lab heads` (comma-separated; default 1,2,4,8,16).
+    #[arg(long, value_delimiter = ',')]
+    pub heads: Option<Vec<usize>>,
+}
+
+impl LabArgs {
+    /// `--set`s with `--backend` as one more.
+    fn sets(&self) -> Result<Vec<String>> {
+        let mut sets = self.set.clone();
+        if let Some(backend) = &self.backend {
+            backend.parse::<Backend>()?;
+            sets.push(format!("train.backend={backend}"));
+        }
+        Ok(sets)
+    }
 }
 
 /// Runs the lab.
@@ -74,6 +90,9 @@ pub fn run(args: LabArgs) -> Result<()> {
         LabName::Heads => "heads",
         LabName::Ambiguity => "ambiguity",
     };
+    if args.name != LabName::Heads && (args.seeds.is_some() || args.heads.is_some()) {
+        bail!("--seeds and --heads are for `lab heads`; `lab {name}` takes --set train.seed=N");
+    }
     let out = args
         .out
         .clone()
@@ -139,7 +158,11 @@ fn write_heads(
 }
 
 fn induction(args: &LabArgs, out: &Path) -> Result<String> {
-    let config = config(INDUCTION_CONFIG, "configs/lab-induction.toml", &args.set)?;
+    let config = config(
+        INDUCTION_CONFIG,
+        "configs/lab-induction.toml",
+        &args.sets()?,
+    )?;
     let run_dir = out.join("run");
     let started = std::time::Instant::now();
     train_run(config.clone(), run_dir.clone())?;
@@ -223,7 +246,9 @@ fn induction(args: &LabArgs, out: &Path) -> Result<String> {
 }
 
 fn heads(args: &LabArgs, out: &Path) -> Result<String> {
-    let base = config(HEADS_CONFIG, "configs/lab-heads.toml", &args.set)?;
+    let base = config(HEADS_CONFIG, "configs/lab-heads.toml", &args.sets()?)?;
+    let seeds = args.seeds.clone().unwrap_or_else(|| vec![1, 2, 3]);
+    let head_counts = args.heads.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
     let d_model = base.model.d_model;
     let mut s = String::new();
     writeln!(s, "# lab heads\n")?;
@@ -232,7 +257,7 @@ fn heads(args: &LabArgs, out: &Path) -> Result<String> {
         "Same d_model ({d_model}), layers ({}) and parameter count, different numbers of heads, \
          {} steps each on the grammar corpus, seeds {:?}. Final val loss (mean and spread \
          across seeds) and the head labels of each run.\n",
-        base.model.n_layers, base.train.max_iters, args.seeds
+        base.model.n_layers, base.train.max_iters, seeds
     )?;
     writeln!(
         s,
@@ -240,14 +265,14 @@ fn heads(args: &LabArgs, out: &Path) -> Result<String> {
     )?;
     writeln!(s, "|---|---|---|---|---|---|---|")?;
     let mut csv = String::from("n_heads,seed,val_loss\n");
-    for &h in &args.heads {
+    for &h in &head_counts {
         if h == 0 || d_model % h != 0 {
             bail!("--heads {h} does not divide d_model = {d_model}");
         }
         let mut losses = Vec::new();
         let mut labels = std::collections::BTreeMap::<String, usize>::new();
         let mut params = 0;
-        for &seed in &args.seeds {
+        for &seed in &seeds {
             let mut config = base.clone();
             config.model.n_heads = h;
             config.train.seed = seed;
@@ -298,7 +323,11 @@ fn heads(args: &LabArgs, out: &Path) -> Result<String> {
 }
 
 fn ambiguity(args: &LabArgs, out: &Path) -> Result<String> {
-    let config = config(AMBIGUITY_CONFIG, "configs/lab-ambiguity.toml", &args.set)?;
+    let config = config(
+        AMBIGUITY_CONFIG,
+        "configs/lab-ambiguity.toml",
+        &args.sets()?,
+    )?;
     let run_dir = out.join("run");
     train_run(config, run_dir.clone())?;
     let (trained, device, data) = open(&run_dir)?;
@@ -371,8 +400,8 @@ fn ambiguity(args: &LabArgs, out: &Path) -> Result<String> {
     writeln!(s, "# lab ambiguity\n")?;
     writeln!(
         s,
-        "In \"{}\", does \"with\" attach to the verb (an instrument: followed using binoculars) or to the noun (the spy who has binoculars)? A {}-layer, {}-head char-level model trained on the grammar corpus; attention from the last letter of \"with\" to the letters of the verb and of the object noun, averaged over {} such sentences.\n",
-        sentences[0].text,
+        "{} A {}-layer, {}-head char-level model trained on the grammar corpus; attention from the last letter of \"with\" to the letters of the verb and of the object noun, averaged over {} such sentences.\n",
+        readings(&sentences[0].text, sentences[0].main_verb),
         layers,
         heads,
         sentences.len()
@@ -401,4 +430,38 @@ fn ambiguity(args: &LabArgs, out: &Path) -> Result<String> {
         "![attention on an example sentence](attention.png)\n\nReproduce: `headlab lab ambiguity`"
     )?;
     Ok(s)
+}
+
+/// The question an attachment sentence poses, in its own words: "with X" as the verb's
+/// instrument or as the noun's possession.
+fn readings(sentence: &str, main_verb: usize) -> String {
+    let words: Vec<&str> = sentence.trim_end_matches('.').split(' ').collect();
+    let Some(with) = words.iter().position(|w| *w == "with") else {
+        return format!("In \"{sentence}\", where does the prepositional phrase attach?");
+    };
+    let (verb, noun, object) = (
+        words[main_verb],
+        words[with - 1],
+        words[with + 1..].join(" "),
+    );
+    format!(
+        "In \"{sentence}\", does \"with {object}\" attach to the verb (an instrument: {verb} \
+         using {object}) or to the noun (the {noun} with {object})?"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::readings;
+
+    #[test]
+    fn the_readings_quote_the_measured_sentence() {
+        let text = readings("the cat watches the tall children with a camera.", 2);
+        assert_eq!(
+            text,
+            "In \"the cat watches the tall children with a camera.\", does \"with a camera\" \
+             attach to the verb (an instrument: watches using a camera) or to the noun (the \
+             children with a camera)?"
+        );
+    }
 }

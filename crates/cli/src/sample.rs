@@ -22,7 +22,7 @@ pub struct SampleArgs {
     #[arg(long, default_value_t = 300)]
     pub max_new_tokens: usize,
     /// Softmax temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.8)]
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Keep only the k most likely tokens.
     #[arg(long)]
@@ -36,9 +36,9 @@ pub struct SampleArgs {
     /// Sampling seed.
     #[arg(long, default_value_t = 1337)]
     pub seed: u64,
-    /// Backend to run on.
-    #[arg(long, default_value = "flex")]
-    pub backend: String,
+    /// Backend to run on: flex, ndarray or wgpu (default: the run's own train.backend).
+    #[arg(long, short)]
+    pub backend: Option<String>,
     /// Checkpoint to use.
     #[arg(long, value_enum, default_value_t = Checkpoint::Best)]
     pub checkpoint: Checkpoint,
@@ -62,7 +62,7 @@ pub fn run(args: SampleArgs) -> Result<()> {
         };
         anyhow::anyhow!("{option}: {e}")
     })?;
-    let (_, trained, _) = open_run(&args.run, Some(&args.backend), args.checkpoint)?;
+    let (_, trained, _) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
     let (tokenizer, model) = (trained.tokenizer, trained.model);
     let prompt = tokenizer
         .encode(&args.prompt)

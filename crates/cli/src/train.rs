@@ -20,13 +20,13 @@ pub struct TrainArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     /// Backend: flex, ndarray or wgpu (overrides train.backend).
-    #[arg(long)]
+    #[arg(long, short)]
     pub backend: Option<String>,
     /// Run directory to create (default: runs/<config name>, or runs/<config name>-N if taken).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
     /// Continue the run in this directory from its last checkpoint.
-    /// `--set` still applies, e.g. `--set train.max_iters=4000` to train longer.
+    /// `--set` and `--backend` still apply, e.g. `--set train.max_iters=4000` to train longer.
     #[arg(long, value_name = "DIR", conflicts_with_all = ["config", "out", "force", "seed"])]
     pub resume: Option<PathBuf>,
     /// Overwrite the run directory if it exists.
@@ -39,8 +39,14 @@ pub struct TrainArgs {
 
 /// Resolves the config of `headlab train` from the file, `--set`, `--backend` and `--seed`.
 pub fn resolve_config(args: &TrainArgs) -> Result<(RunConfig, String)> {
-    let (mut config, name) = load_config(args.config.as_deref())?;
+    let (mut config, mut name) = load_config(args.config.as_deref())?;
     config.apply_sets(&args.set)?;
+    // Without a config file, a run on the user's own text is named after that text.
+    if let (None, Some(path)) = (&args.config, &config.data.path)
+        && let Some(stem) = path.file_stem()
+    {
+        name = stem.to_string_lossy().into_owned();
+    }
     if let Some(backend) = &args.backend {
         backend.parse::<Backend>()?;
         config.train.backend = backend.clone();
@@ -54,14 +60,21 @@ pub fn resolve_config(args: &TrainArgs) -> Result<(RunConfig, String)> {
 /// Runs `headlab train`.
 pub fn run(args: TrainArgs) -> Result<()> {
     let options = match &args.resume {
-        Some(dir) => TrainOptions {
-            config: RunConfig::default(),
-            out: dir.clone(),
-            force: false,
-            resume: true,
-            resume_sets: args.set.clone(),
-            print_sample: true,
-        },
+        Some(dir) => {
+            let mut resume_sets = args.set.clone();
+            if let Some(backend) = &args.backend {
+                backend.parse::<Backend>()?;
+                resume_sets.push(format!("train.backend={backend}"));
+            }
+            TrainOptions {
+                config: RunConfig::default(),
+                out: dir.clone(),
+                force: false,
+                resume: true,
+                resume_sets,
+                print_sample: true,
+            }
+        }
         None => {
             let (config, name) = resolve_config(&args)?;
             TrainOptions {

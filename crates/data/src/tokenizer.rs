@@ -85,8 +85,9 @@ pub enum TokenizerError {
     EmptyCorpus,
     #[error(
         "character {ch:?} (U+{code:04X}) at line {line}, column {column} (char {index}) is not in \
-         the char tokenizer's vocabulary of {vocab_size} symbols; the byte tokenizer encodes any \
-         UTF-8 text (--set data.tokenizer=byte)",
+         the char tokenizer's vocabulary of {vocab_size} symbols (the characters of its training \
+         text); leave it out, or train with data.tokenizer = \"byte\", which encodes any UTF-8 \
+         text",
         code = codepoint(.ch)
     )]
     UnknownChar {

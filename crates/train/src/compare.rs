@@ -288,6 +288,8 @@ pub fn compare(
     steps: usize,
     out: &Path,
 ) -> Result<CompareReport, CompareError> {
+    // Everything that can be checked is, before any backend starts.
+    let config = checked(config, steps)?;
     let devices = backends
         .iter()
         .map(|b| (b.to_string(), b.device().map_err(|e| e.to_string())))
@@ -295,13 +297,8 @@ pub fn compare(
     compare_on(config, devices, steps, out)
 }
 
-/// [`compare`] on devices already looked up: `(name, device or why there is none)`.
-pub fn compare_on(
-    mut config: RunConfig,
-    devices: Vec<(String, Result<Device, String>)>,
-    steps: usize,
-    out: &Path,
-) -> Result<CompareReport, CompareError> {
+/// The config with dropout off (so every backend computes the same function), validated.
+fn checked(mut config: RunConfig, steps: usize) -> Result<RunConfig, CompareError> {
     if steps == 0 {
         return Err(CompareError::NoSteps);
     }
@@ -314,6 +311,17 @@ pub fn compare_on(
         config.model.dropout = 0.0;
     }
     config.validate()?;
+    Ok(config)
+}
+
+/// [`compare`] on devices already looked up: `(name, device or why there is none)`.
+pub fn compare_on(
+    config: RunConfig,
+    devices: Vec<(String, Result<Device, String>)>,
+    steps: usize,
+    out: &Path,
+) -> Result<CompareReport, CompareError> {
+    let config = checked(config, steps)?;
     let data = Dataset::from_config(&config.data, config.train.seed)?;
     data.check_block_size(config.model.block_size)?;
     let gpt = config

@@ -353,6 +353,22 @@ impl RunDir {
                     .into(),
             });
         }
+        // `RUN/last` or `RUN/best`: a checkpoint, not a run.
+        if root.join(MANIFEST).is_file()
+            && let Some(parent) = root.parent().filter(|p| p.join("config.toml").is_file())
+        {
+            let name = root
+                .file_name()
+                .map_or("last".into(), |n| n.to_string_lossy());
+            return Err(RunError::NotARun {
+                path: root.to_path_buf(),
+                why: format!(
+                    "it is a checkpoint folder of the run {0}; give the run and pick the \
+                     checkpoint: {0} --checkpoint {name}",
+                    parent.display()
+                ),
+            });
+        }
         for (file, what) in [
             (run.config_path(), "config.toml"),
             (run.tokenizer_path(), "tokenizer.json"),

@@ -70,6 +70,21 @@ pub enum TrainError {
     /// Writing metrics or plots.
     #[error("{0}")]
     Output(String),
+    /// `--resume` of a run that has already reached `train.max_iters`.
+    #[error(
+        "{} is already at step {step} and train.max_iters is {max_iters}: nothing to do, \
+         nothing written. To train further, resume with a larger max_iters: headlab train \
+         --resume {} --set train.max_iters={}",
+        .run.display(), .run.display(), .step * 2
+    )]
+    AlreadyDone {
+        /// The step of its last checkpoint.
+        step: usize,
+        /// The config's `train.max_iters`.
+        max_iters: usize,
+        /// The run directory.
+        run: PathBuf,
+    },
     /// SIGINT (Ctrl-C): stopped at the end of a step with the `last` checkpoint saved there.
     #[error(
         "interrupted at step {step}; the last checkpoint is saved in {}; resume with: \
@@ -202,7 +217,7 @@ pub fn train(
     options: TrainOptions,
     observers: &mut [Box<dyn Observer>],
 ) -> Result<TrainSummary, TrainError> {
-    let (run, config, dataset) = resolve_run(&options)?;
+    let (run, config, dataset, saved) = resolve_run(&options)?;
     let tc = config.train.clone();
     let gpt_config = config
         .model
@@ -215,6 +230,16 @@ pub fn train(
     // A run killed before its first checkpoint starts again from step 0.
     let resuming = options.resume && run.has_checkpoint("last");
     let (mut model, optim, state) = starting_point(&run, resuming, &gpt_config, &tc, &device)?;
+    if resuming && state.step >= tc.max_iters {
+        return Err(TrainError::AlreadyDone {
+            step: state.step,
+            max_iters: tc.max_iters,
+            run: run.root.clone(),
+        });
+    }
+    if resuming {
+        warn_if_schedule_moves(&saved.train, &tc, state.step);
+    }
     if options.resume && !options.resume_sets.is_empty() {
         run.save_config(&config)?;
     }
@@ -245,6 +270,9 @@ pub fn train(
         dataset.tokenizer().vocab_size(),
     );
 
+    if backend == Backend::Wgpu && !resuming {
+        eprintln!("wgpu: the first step compiles and tunes its kernels (seconds to a minute)");
+    }
     let mut lp = Loop {
         eval_device: device.clone().inner(),
         device,
@@ -301,19 +329,40 @@ pub fn train(
     })
 }
 
+/// The learning-rate schedule follows `train.max_iters` unless `train.lr_decay_iters` is set,
+/// so extending a run stretches its cosine: say so when that moves the rate at the step the
+/// run resumes from.
+fn warn_if_schedule_moves(saved: &TrainConfig, now: &TrainConfig, step: usize) {
+    let lr = |t: &TrainConfig| lr_at(step, t.lr, t.min_lr, t.warmup_iters, t.decay_iters());
+    let (before, after) = (lr(saved), lr(now));
+    if (after - before).abs() > 1e-3 * before.abs() {
+        eprintln!(
+            "warning: the learning rate at step {step} moves from {before:.2e} to {after:.2e}: \
+             the cosine decay now ends at step {} instead of {}. To keep the old schedule, \
+             add --set train.lr_decay_iters={}",
+            now.decay_iters(),
+            saved.decay_iters(),
+            saved.decay_iters()
+        );
+    }
+}
+
 /// The run of `options` with its config and data, everything checked: a fresh directory
 /// (created only once nothing can fail), or an existing one with its saved config and
-/// `--set`s (saved once the checkpoint has loaded).
-fn resolve_run(options: &TrainOptions) -> Result<(RunDir, RunConfig, Dataset), TrainError> {
-    let (run, config, dataset) = if options.resume {
+/// `--set`s (saved once the checkpoint has loaded). Also the config as saved before.
+fn resolve_run(
+    options: &TrainOptions,
+) -> Result<(RunDir, RunConfig, Dataset, RunConfig), TrainError> {
+    let (run, config, dataset, saved) = if options.resume {
         let run = RunDir::open(&options.out)?;
-        let mut config = run.config()?;
+        let saved = run.config()?;
+        let mut config = saved.clone();
         if !options.resume_sets.is_empty() {
             config.apply_sets(&options.resume_sets)?;
             config.validate()?;
         }
         let dataset = load_dataset(&config, run.tokenizer()?)?;
-        (run, config, dataset)
+        (run, config, dataset, saved)
     } else {
         if options.out.exists() && !options.force {
             return Err(RunError::Exists(options.out.clone()).into());
@@ -330,7 +379,7 @@ fn resolve_run(options: &TrainOptions) -> Result<(RunDir, RunConfig, Dataset), T
             .validate()?;
         config.train.backend.parse::<Backend>()?.device()?;
         let run = RunDir::create_with(&options.out, options.force, &config, dataset.tokenizer())?;
-        (run, config, dataset)
+        (run, config.clone(), dataset, config)
     };
     dataset.check_block_size(config.model.block_size)?;
     let vocab_size = dataset.tokenizer().vocab_size();
@@ -339,7 +388,7 @@ fn resolve_run(options: &TrainOptions) -> Result<(RunDir, RunConfig, Dataset), T
         .clone()
         .with_vocab_size(vocab_size)
         .validate()?;
-    Ok((run, config, dataset))
+    Ok((run, config, dataset, saved))
 }
 
 /// The model, optimizer and state to start from: the `last` checkpoint of a resumed run, or
