@@ -3,14 +3,14 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use burn::tensor::Device;
 use clap::ValueEnum;
 use headlab_heads::HeadTracker;
 use headlab_report::RunPlots;
 use headlab_train::backend::Backend;
 use headlab_train::config::RunConfig;
-use headlab_train::run::{RunDir, Trained};
+use headlab_train::run::{RunDir, Trained, open_trained};
 use headlab_train::trainer::Observer;
 
 /// The built-in default run, embedded so `headlab train` works from any folder.
@@ -64,37 +64,14 @@ impl Checkpoint {
 }
 
 /// A run's model from `checkpoint` on `backend` (`None`: the run's own `train.backend`), with
-/// its config and tokenizer: what every command that reads a trained run starts from.
+/// its config and tokenizer.
 pub fn open_run(
     dir: &Path,
     backend: Option<&str>,
     checkpoint: Checkpoint,
 ) -> Result<(RunDir, Trained, Device)> {
     let backend: Option<Backend> = backend.map(str::parse).transpose()?;
-    let run = RunDir::open(dir)?;
-    let config = run.config()?;
-    let tokenizer = run.tokenizer()?;
-    let backend = match backend {
-        Some(backend) => backend,
-        None => config.train.backend.parse()?,
-    };
-    let device = backend.device()?;
-    let gpt = config.model.clone().with_vocab_size(tokenizer.vocab_size());
-    let (model, _) = run
-        .load_model(checkpoint.name(), &gpt, &device)
-        .with_context(|| {
-            format!(
-                "loading the {} checkpoint of {}",
-                checkpoint.name(),
-                dir.display()
-            )
-        })?;
-    let trained = Trained {
-        config,
-        tokenizer,
-        model,
-    };
-    Ok((run, trained, device))
+    Ok(open_trained(dir, backend, checkpoint.name())?)
 }
 
 /// What watches every training run: head tracking (when its config asks for it), then the

@@ -7,12 +7,14 @@
 //! - [`history`]: scores through training (`head_history.csv`) and the induction circuit read from
 //!   them.
 //! - [`tracker`]: a training observer that records that history.
+//! - [`lab`]: the labs' experiments, returning what they measured.
 //!
 //! Analysis returns data; pictures and pages of it are `headlab-report`'s job, so this crate
 //! must not depend on it (or on the CLI).
 
 pub mod analysis;
 pub mod history;
+pub mod lab;
 pub mod scores;
 pub mod tracker;
 

@@ -5,6 +5,7 @@
 //! - [`maps`]: the attention-map grid (`attention.png`) and the explorer page (`heads.html`).
 //! - [`heads`]: a checkpoint's head table as files and as terminal text.
 //! - [`compare`]: `headlab compare`'s files; [`bench`]: `headlab-bench`'s report.
+//! - [`labs`]: the labs' summaries.
 //! - [`observer`]: the plots of a run, redrawn while it trains.
 //!
 //! It draws data that the other crates compute and never computes any itself; only the CLI
@@ -14,6 +15,7 @@ pub mod bench;
 pub mod compare;
 pub mod heads;
 pub mod history;
+pub mod labs;
 pub mod loss;
 pub mod maps;
 pub mod observer;

@@ -652,6 +652,59 @@ fn config_diffs(
         .collect()
 }
 
+/// Why a trained run could not be opened.
+#[derive(Debug, Error)]
+pub enum OpenError {
+    /// The run directory, its config or its tokenizer.
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The backend.
+    #[error(transparent)]
+    Backend(#[from] crate::backend::BackendError),
+    /// The checkpoint.
+    #[error("loading the {name} checkpoint of {}: {source}", dir.display())]
+    Checkpoint {
+        /// `best` or `last`.
+        name: String,
+        /// The run.
+        dir: PathBuf,
+        /// What went wrong (boxed: a `RunError` is large).
+        source: Box<RunError>,
+    },
+}
+
+/// Opens the run in `dir` and loads its checkpoint `name` on `backend` (`None`: the run's own
+/// `train.backend`): what every command and lab that reads a trained run starts from. The
+/// run's files are checked before a backend starts.
+pub fn open_trained(
+    dir: &Path,
+    backend: Option<crate::backend::Backend>,
+    name: &str,
+) -> Result<(RunDir, Trained, Device), OpenError> {
+    let run = RunDir::open(dir)?;
+    let config = run.config()?;
+    let tokenizer = run.tokenizer()?;
+    let backend = match backend {
+        Some(backend) => backend,
+        None => config.train.backend.parse()?,
+    };
+    let device = backend.device()?;
+    let gpt = config.model.clone().with_vocab_size(tokenizer.vocab_size());
+    let (model, _) =
+        run.load_model(name, &gpt, &device)
+            .map_err(|source| OpenError::Checkpoint {
+                name: name.to_string(),
+                dir: dir.to_path_buf(),
+                source: Box::new(source),
+            })?;
+    let trained = Trained {
+        config,
+        tokenizer,
+        model,
+    };
+    Ok((run, trained, device))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
