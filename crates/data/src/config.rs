@@ -6,7 +6,6 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::corpus::{BuiltinCorpus, UnknownCorpus};
-use crate::dataset::{DataError, read_text};
 use crate::tokenizer::{DEFAULT_BPE_VOCAB, MAX_BPE_VOCAB, MIN_BPE_VOCAB, TokenizerKind};
 
 /// `[data]`. Exactly one of `path` and `builtin` must be set. Inside a `[data]` table
@@ -146,21 +145,5 @@ impl DataConfig {
             });
         }
         self.source().map(|_| ())
-    }
-
-    /// The text this section names and a description of it for logs; `seed` seeds built-in
-    /// corpora.
-    pub fn load_text(&self, seed: u64) -> Result<(String, String), DataError> {
-        Ok(match self.source()? {
-            DataSource::File(path) => (read_text(&path)?, path.display().to_string()),
-            DataSource::Builtin(corpus) => {
-                let text = corpus.generate(seed, self.builtin_chars, self.induction_len);
-                let description = format!(
-                    "built-in {corpus} corpus (seed {seed}, {} chars)",
-                    text.len()
-                );
-                (text, description)
-            }
-        })
     }
 }

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use rand::Rng;
 
-use crate::config::{DataConfig, DataConfigError};
+use crate::config::{DataConfig, DataConfigError, DataSource};
 use crate::corpus::BuiltinCorpus;
 use crate::tokenizer::{DEFAULT_BPE_VOCAB, Tokenizer, TokenizerError, TokenizerKind};
 
@@ -224,13 +224,13 @@ impl Dataset {
             induction_len: seq_len,
             ..DataConfig::default()
         };
-        let (text, description) = data.load_text(seed)?;
+        let (text, description) = load_text(&data, seed)?;
         Self::from_text(&text, kind, val_fraction, description)
     }
 
     /// Loads what `[data]` describes; `seed` seeds built-in corpora.
     pub fn from_config(data: &DataConfig, seed: u64) -> Result<Self, DataError> {
-        let (text, description) = data.load_text(seed)?;
+        let (text, description) = load_text(data, seed)?;
         Self::build(
             &text,
             data.tokenizer,
@@ -346,6 +346,21 @@ fn check_val_fraction(val_fraction: f64) -> Result<(), DataError> {
     } else {
         Err(DataError::ValFraction(val_fraction))
     }
+}
+
+/// The text `[data]` names and a description of it for logs; `seed` seeds built-in corpora.
+pub fn load_text(data: &DataConfig, seed: u64) -> Result<(String, String), DataError> {
+    Ok(match data.source()? {
+        DataSource::File(path) => (read_text(&path)?, path.display().to_string()),
+        DataSource::Builtin(corpus) => {
+            let text = corpus.generate(seed, data.builtin_chars, data.induction_len);
+            let description = format!(
+                "built-in {corpus} corpus (seed {seed}, {} chars)",
+                text.len()
+            );
+            (text, description)
+        }
+    })
 }
 
 /// Reads a whole file as UTF-8, with errors that say which file and where it goes wrong.

@@ -19,5 +19,5 @@ pub mod tokenizer;
 pub use batch::{STREAM_BATCH, STREAM_DEVICE, STREAM_EVAL, batch_tensors, ids_tensor, mix_seed};
 pub use config::{DataConfig, DataConfigError, DataSource};
 pub use corpus::BuiltinCorpus;
-pub use dataset::{DataError, Dataset, Split, bits_per_char, read_text};
+pub use dataset::{DataError, Dataset, Split, bits_per_char, load_text, read_text};
 pub use tokenizer::{StreamDecoder, Tokenizer, TokenizerError, TokenizerKind};

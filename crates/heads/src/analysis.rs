@@ -169,6 +169,21 @@ pub struct PatternScores {
     pub entropy: f64,
 }
 
+impl PatternScores {
+    /// The six scores in the order the files list them: previous-token, induction,
+    /// duplicate-token, first-token, mean distance, entropy.
+    pub fn values(&self) -> [f64; 6] {
+        [
+            self.previous_token,
+            self.induction,
+            self.duplicate_token,
+            self.first_token,
+            self.mean_distance,
+            self.entropy,
+        ]
+    }
+}
+
 /// Pattern scores of every head, and the mean loss on the repeated halves of the induction
 /// probe (which falls sharply when an induction circuit forms).
 pub fn pattern_scores(model: &Gpt, probe: &Probe, device: &Device) -> (Vec<PatternScores>, f64) {

@@ -19,17 +19,11 @@ impl HeadHistory {
     pub fn push(&mut self, step: usize, repeat_loss: f64, scores: Vec<PatternScores>) -> String {
         let mut out = String::new();
         for s in &scores {
+            let [prev, ind, dup, first, dist, entropy] = s.values();
             out.push_str(&format!(
-                "{step},{},{},{:.4},{:.4},{:.4},{:.4},{:.3},{:.4},{:.4}\n",
-                s.layer,
-                s.head,
-                s.previous_token,
-                s.induction,
-                s.duplicate_token,
-                s.first_token,
-                s.mean_distance,
-                s.entropy,
-                repeat_loss
+                "{step},{},{},{prev:.4},{ind:.4},{dup:.4},{first:.4},{dist:.3},{entropy:.4},\
+                 {repeat_loss:.4}\n",
+                s.layer, s.head,
             ));
         }
         self.points.push((step, repeat_loss, scores));

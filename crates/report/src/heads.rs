@@ -38,14 +38,14 @@ const COLUMNS: [(&str, &str, usize, usize, usize); 9] = [
 
 /// A row's values in [`COLUMNS`] order.
 fn values(r: &HeadRow) -> [f64; 9] {
-    let s = &r.scores;
+    let [a, b, c, d, e, f] = r.scores.values();
     [
-        s.previous_token,
-        s.induction,
-        s.duplicate_token,
-        s.first_token,
-        s.mean_distance,
-        s.entropy,
+        a,
+        b,
+        c,
+        d,
+        e,
+        f,
         r.ablation_zero,
         r.ablation_mean,
         r.grad_importance,

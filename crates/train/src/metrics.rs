@@ -5,7 +5,32 @@ use std::fs::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::trainer::TrainError;
+use thiserror::Error;
+
+use crate::run::{RunError, write_atomic};
+
+/// `metrics.csv` could not be written.
+#[derive(Debug, Error)]
+pub enum MetricsError {
+    /// Creating or appending.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Rewriting it atomically.
+    #[error(transparent)]
+    Rewrite(#[from] RunError),
+}
+
+fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> MetricsError + '_ {
+    move |source| MetricsError::Write {
+        path: path.to_path_buf(),
+        source,
+    }
+}
 
 /// Header of `metrics.csv`.
 pub const METRICS_HEADER: &str = "step,split,loss,lr,tokens_per_s,elapsed_s,bpc\n";
@@ -68,16 +93,15 @@ pub(crate) struct Metrics {
 
 impl Metrics {
     /// Starts `metrics.csv` afresh, or appends to the existing one of a resumed run.
-    pub(crate) fn open(path: PathBuf, fresh: bool) -> Result<Self, TrainError> {
+    pub(crate) fn open(path: PathBuf, fresh: bool) -> Result<Self, MetricsError> {
         if fresh || !path.exists() {
-            std::fs::write(&path, METRICS_HEADER)
-                .map_err(|e| TrainError::Output(format!("{}: {e}", path.display())))?;
+            std::fs::write(&path, METRICS_HEADER).map_err(write_error(&path))?;
         }
         Ok(Self { path })
     }
 
     /// Drops rows past `step` (left by a run killed after its last checkpoint).
-    pub(crate) fn truncate_after(&mut self, step: usize) -> Result<(), TrainError> {
+    pub(crate) fn truncate_after(&mut self, step: usize) -> Result<(), MetricsError> {
         let text = std::fs::read_to_string(&self.path).unwrap_or_default();
         let columns = text.lines().next().map_or(0, |h| h.split(',').count());
         let mut kept: Vec<&str> = Vec::new();
@@ -96,20 +120,20 @@ impl Metrics {
         }
         let mut out = kept.join("\n");
         out.push('\n');
-        crate::run::write_atomic(&self.path, out.as_bytes())?;
+        write_atomic(&self.path, out.as_bytes())?;
         Ok(())
     }
 
-    pub(crate) fn write(&self, m: Metric<'_>) -> Result<(), TrainError> {
+    pub(crate) fn write(&self, m: Metric<'_>) -> Result<(), MetricsError> {
         let mut f = OpenOptions::new()
             .append(true)
             .open(&self.path)
-            .map_err(|e| TrainError::Output(format!("{}: {e}", self.path.display())))?;
+            .map_err(write_error(&self.path))?;
         writeln!(
             f,
             "{},{},{:.6},{:.6e},{:.1},{:.3},{:.6}",
             m.step, m.split, m.loss, m.lr, m.tokens_per_s, m.elapsed_s, m.bpc
         )
-        .map_err(|e| TrainError::Output(format!("{}: {e}", self.path.display())))
+        .map_err(write_error(&self.path))
     }
 }

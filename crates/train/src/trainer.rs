@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use burn::module::Module;
 use burn::tensor::Device;
-use headlab_data::{DataError, Dataset, Split, StreamDecoder, Tokenizer};
+use headlab_data::{DataError, Dataset, Split, StreamDecoder, Tokenizer, load_text};
 use headlab_model::{Gpt, GptConfig, GptConfigError, Sampling};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use thiserror::Error;
@@ -67,7 +67,10 @@ pub enum TrainError {
         /// Where the last good checkpoint is.
         checkpoint: String,
     },
-    /// Writing metrics or plots.
+    /// Writing `metrics.csv`.
+    #[error(transparent)]
+    Metrics(#[from] crate::metrics::MetricsError),
+    /// An observer (head tracking, plots).
     #[error("{0}")]
     Output(String),
     /// `--resume` of a run that has already reached `train.max_iters`.
@@ -131,7 +134,7 @@ pub struct TrainSummary {
 
 /// The dataset of a run, tokenized with its saved tokenizer.
 pub fn load_dataset(config: &RunConfig, tokenizer: Tokenizer) -> Result<Dataset, TrainError> {
-    let (text, description) = config.data.load_text(config.train.seed)?;
+    let (text, description) = load_text(&config.data, config.train.seed)?;
     Ok(Dataset::with_tokenizer(
         &text,
         tokenizer,
@@ -370,17 +373,17 @@ fn resolve_run(
         options.config.validate()?;
         let config = options.config.clone();
         let dataset = Dataset::from_config(&config.data, config.train.seed)?;
-        dataset.check_block_size(config.model.block_size)?;
-        let vocab_size = dataset.tokenizer().vocab_size();
-        config
-            .model
-            .clone()
-            .with_vocab_size(vocab_size)
-            .validate()?;
+        check_fits(&config, &dataset)?;
         config.train.backend.parse::<Backend>()?.device()?;
         let run = RunDir::create_with(&options.out, options.force, &config, dataset.tokenizer())?;
         (run, config.clone(), dataset, config)
     };
+    check_fits(&config, &dataset)?;
+    Ok((run, config, dataset, saved))
+}
+
+/// The data has a window for the model's context, and the model builds with its vocabulary.
+fn check_fits(config: &RunConfig, dataset: &Dataset) -> Result<(), TrainError> {
     dataset.check_block_size(config.model.block_size)?;
     let vocab_size = dataset.tokenizer().vocab_size();
     config
@@ -388,7 +391,7 @@ fn resolve_run(
         .clone()
         .with_vocab_size(vocab_size)
         .validate()?;
-    Ok((run, config, dataset, saved))
+    Ok(())
 }
 
 /// The model, optimizer and state to start from: the `last` checkpoint of a resumed run, or
