@@ -368,3 +368,37 @@ fn a_run_on_a_text_file_is_named_after_it() {
     ok(&headlab(&args, dir.path()));
     assert!(dir.path().join("runs/poems/config.toml").is_file());
 }
+
+/// A run works from any folder: it records its text's absolute path and digest, so `eval` and
+/// `heads` run from elsewhere (they used to fail with "cannot read dataset"), and a changed
+/// text is named in a warning instead of silently giving other numbers.
+#[test]
+fn a_run_works_from_another_folder_and_notices_changed_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let work = dir.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    std::fs::write(
+        work.join("fox.txt"),
+        "the quick brown fox jumps. ".repeat(300),
+    )
+    .unwrap();
+    let sets = ["--set", "data.path=fox.txt", "--set", "train.max_iters=4"];
+    train(&work, "run", &sets);
+    let elsewhere = dir.path();
+    ok(&headlab(&["eval", "work/run"], elsewhere));
+    ok(&headlab(&["heads", "work/run", "--out", "h"], elsewhere));
+    std::fs::write(
+        work.join("fox.txt"),
+        "the brown quick fox jumps. ".repeat(300),
+    )
+    .unwrap();
+    let out = headlab(&["eval", "work/run"], elsewhere);
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("warning: the data of"), "{stderr}");
+    assert!(
+        stderr.contains("has changed since it was trained"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("fox.txt"), "{stderr}");
+}

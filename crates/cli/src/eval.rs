@@ -42,7 +42,7 @@ pub enum SplitArg {
 /// and bits per character (total nats / characters predicted / ln 2), which compares across
 /// tokenizers.
 pub fn run(args: EvalArgs) -> Result<()> {
-    let (_, trained, device) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
+    let (run, trained, device) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
     let (config, tokenizer, model) = (trained.config, trained.tokenizer, trained.model);
     let (tokens, what) = match &args.file {
         Some(path) => {
@@ -55,7 +55,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
             )
         }
         None => {
-            let data = load_dataset(&config, tokenizer.clone())?;
+            let data = load_dataset(&run, &config, tokenizer.clone())?;
             let split = match args.split {
                 SplitArg::Val => Split::Val,
                 SplitArg::Train => Split::Train,

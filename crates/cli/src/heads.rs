@@ -37,7 +37,7 @@ pub struct HeadsArgs {
 pub fn run(args: HeadsArgs) -> Result<()> {
     let (run, trained, device) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
     let (config, tokenizer, model) = (trained.config, trained.tokenizer, trained.model);
-    let data = load_dataset(&config, tokenizer.clone())?;
+    let data = load_dataset(&run, &config, tokenizer.clone())?;
     let text = match (&args.text, &args.file) {
         (Some(text), _) => Some(text.clone()),
         (None, Some(path)) => Some(read_text(path)?),

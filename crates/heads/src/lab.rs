@@ -76,8 +76,8 @@ fn train_run(config: RunConfig, dir: PathBuf, observers: Observers<'_>) -> Resul
 
 /// The best checkpoint of a finished run on its own backend, with its data.
 fn open(dir: &Path) -> Result<(Trained, Device, Dataset), LabError> {
-    let (_, trained, device) = open_trained(dir, None, "best")?;
-    let data = load_dataset(&trained.config, trained.tokenizer.clone())?;
+    let (run, trained, device) = open_trained(dir, None, "best")?;
+    let data = load_dataset(&run, &trained.config, trained.tokenizer.clone())?;
     Ok((trained, device, data))
 }
 

@@ -97,6 +97,23 @@ pub enum RunError {
          overwrite it, or --resume {0} to continue it"
     )]
     Exists(PathBuf),
+    /// The training text is not what the run was trained on.
+    #[error(
+        "the data of {} has changed since it was trained: {what} has SHA-256 {now}, the run \
+         recorded {recorded} in data.json; to measure the run on its own text, restore the \
+         original or point train at a copy with --set data.path=FILE",
+        run.display()
+    )]
+    DataChanged {
+        /// The run.
+        run: PathBuf,
+        /// The text's description (a file, or a built-in corpus).
+        what: String,
+        /// The digest in `data.json`.
+        recorded: String,
+        /// The digest now.
+        now: String,
+    },
     /// The folder is missing or not a run.
     #[error("{path} is not a headlab run directory: {why}")]
     NotARun {
@@ -267,6 +284,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
     Ok(())
 }
 
+/// What a run records of its training text, to notice when it changes: `data.json`.
+pub const DATA_FILE: &str = "data.json";
+
+fn sha256(text: &str) -> String {
+    format!("{:x}", Sha256::digest(text.as_bytes()))
+}
+
 /// Size and SHA-256 of a file.
 fn digest(path: &Path) -> Result<FileDigest, RunError> {
     let bytes = fs::read(path).map_err(io(path))?;
@@ -307,6 +331,7 @@ impl RunDir {
         force: bool,
         config: &RunConfig,
         tokenizer: &Tokenizer,
+        text: &str,
     ) -> Result<Self, RunError> {
         if root.exists() && !force {
             return Err(RunError::Exists(root.to_path_buf()));
@@ -322,6 +347,9 @@ impl RunDir {
         let staged = Self { root: tmp.clone() };
         let written = (|| {
             fs::write(staged.config_path(), toml).map_err(io(&staged.config_path()))?;
+            let data = serde_json::json!({ "chars": text.chars().count(), "sha256": sha256(text) });
+            let data_path = staged.root.join(DATA_FILE);
+            fs::write(&data_path, data.to_string() + "\n").map_err(io(&data_path))?;
             tokenizer.save(staged.tokenizer_path())?;
             sync(&staged.config_path())?;
             sync(&staged.tokenizer_path())?;
@@ -381,6 +409,33 @@ impl RunDir {
             }
         }
         Ok(run)
+    }
+
+    /// Errors when `text` (described by `what`) is not the text the run was trained on.
+    /// Runs made before `data.json` existed are not checked.
+    pub fn check_data(&self, text: &str, what: &str) -> Result<(), RunError> {
+        let path = self.root.join(DATA_FILE);
+        let Ok(recorded) = fs::read_to_string(&path) else {
+            return Ok(());
+        };
+        let recorded: serde_json::Value =
+            serde_json::from_str(&recorded).map_err(|e| RunError::State {
+                path: path.clone(),
+                message: e.to_string(),
+            })?;
+        let (recorded, now) = (
+            recorded["sha256"].as_str().unwrap_or_default(),
+            sha256(text),
+        );
+        if recorded == now {
+            return Ok(());
+        }
+        Err(RunError::DataChanged {
+            run: self.root.clone(),
+            what: what.to_string(),
+            recorded: recorded.to_string(),
+            now,
+        })
     }
 
     /// `config.toml`.

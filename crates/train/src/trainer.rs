@@ -132,9 +132,19 @@ pub struct TrainSummary {
     pub sample: String,
 }
 
-/// The dataset of a run, tokenized with its saved tokenizer.
-pub fn load_dataset(config: &RunConfig, tokenizer: Tokenizer) -> Result<Dataset, TrainError> {
+/// The dataset of `run` (whose config is `config`), tokenized with its saved tokenizer. A text
+/// that is not the one the run was trained on gets a warning: resuming on new text is
+/// allowed, but numbers from it are not the run's.
+pub fn load_dataset(
+    run: &RunDir,
+    config: &RunConfig,
+    tokenizer: Tokenizer,
+) -> Result<Dataset, TrainError> {
     let (text, description) = load_text(&config.data, config.train.seed)?;
+    match run.check_data(&text, &description) {
+        Err(changed @ RunError::DataChanged { .. }) => eprintln!("warning: {changed}"),
+        other => other?,
+    }
     Ok(Dataset::with_tokenizer(
         &text,
         tokenizer,
@@ -364,18 +374,31 @@ fn resolve_run(
             config.apply_sets(&options.resume_sets)?;
             config.validate()?;
         }
-        let dataset = load_dataset(&config, run.tokenizer()?)?;
+        let dataset = load_dataset(&run, &config, run.tokenizer()?)?;
         (run, config, dataset, saved)
     } else {
         if options.out.exists() && !options.force {
             return Err(RunError::Exists(options.out.clone()).into());
         }
         options.config.validate()?;
-        let config = options.config.clone();
-        let dataset = Dataset::from_config(&config.data, config.train.seed)?;
+        let mut config = options.config.clone();
+        let d = &config.data;
+        let (text, description) = load_text(d, config.train.seed)?;
+        let dataset = Dataset::build(
+            &text,
+            d.tokenizer,
+            d.vocab_size,
+            d.val_fraction,
+            description,
+        )?;
         check_fits(&config, &dataset)?;
         config.train.backend.parse::<Backend>()?.device()?;
-        let run = RunDir::create_with(&options.out, options.force, &config, dataset.tokenizer())?;
+        // The run must work from any folder: it records where its text is, absolutely.
+        if let Some(path) = &config.data.path {
+            config.data.path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
+        }
+        let tokenizer = dataset.tokenizer();
+        let run = RunDir::create_with(&options.out, options.force, &config, tokenizer, &text)?;
         (run, config.clone(), dataset, config)
     };
     check_fits(&config, &dataset)?;
