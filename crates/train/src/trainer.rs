@@ -271,21 +271,7 @@ pub fn train(
     for observer in observers.iter_mut() {
         observer.start(&start).map_err(observer_error)?;
     }
-    eprintln!(
-        "headlab: {} parameters ({} without embeddings), {} on {}, data: {} ({} train / {} val tokens, vocab {})",
-        model.num_params(),
-        gpt_config.param_count(false),
-        run.root.display(),
-        backend,
-        dataset.description(),
-        dataset.len(Split::Train),
-        dataset.len(Split::Val),
-        dataset.tokenizer().vocab_size(),
-    );
-
-    if backend == Backend::Wgpu && !resuming {
-        eprintln!("wgpu: the first step compiles and tunes its kernels (seconds to a minute)");
-    }
+    announce(&model, &run, backend, &dataset, resuming);
     let mut lp = Loop {
         eval_device: device.clone().inner(),
         device,
@@ -357,6 +343,24 @@ fn warn_if_schedule_moves(saved: &TrainConfig, now: &TrainConfig, step: usize) {
             saved.decay_iters(),
             saved.decay_iters()
         );
+    }
+}
+
+/// The line that opens a run's log: model size, where it goes, the data.
+fn announce(model: &Gpt, run: &RunDir, backend: Backend, dataset: &Dataset, resuming: bool) {
+    eprintln!(
+        "headlab: {} parameters ({} without embeddings), {} on {}, data: {} ({} train / {} val tokens, vocab {})",
+        model.num_params(),
+        model.config.param_count(false),
+        run.root.display(),
+        backend,
+        dataset.description(),
+        dataset.len(Split::Train),
+        dataset.len(Split::Val),
+        dataset.tokenizer().vocab_size(),
+    );
+    if backend == Backend::Wgpu && !resuming {
+        eprintln!("wgpu: the first step compiles and tunes its kernels (seconds to a minute)");
     }
 }
 
