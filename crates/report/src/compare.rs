@@ -82,7 +82,7 @@ pub fn write_compare(report: &CompareReport, out: &Path) -> Result<(), ReportErr
         &out.join("compare-gap.png"),
         "|loss difference| to the reference backend",
         "step",
-        "log10 |loss - reference loss|",
+        "log10 |loss - reference loss| (exact matches at the f32 roundoff)",
         &gaps,
     )
 }

@@ -27,20 +27,21 @@ pub fn history_png(history: &HeadHistory, path: &Path) -> Result<(), ReportError
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(60)
-        .right_y_label_area_size(60)
+        .right_y_label_area_size(80)
         .build_cartesian_2d(0.0..x1, 0.0..1.0)
         .map_err(|e| err(&e))?
         .set_secondary_coord(0.0..x1, 0.0..loss_max * 1.05);
     chart
         .configure_mesh()
         .x_desc("step")
+        .x_label_formatter(&|x| format!("{x:.0}"))
         .y_desc("score (solid: induction, pale: previous-token)")
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(|e| err(&e))?;
     chart
         .configure_secondary_axes()
-        .y_desc("loss on the repeated half (black)")
+        .y_desc("repeated-half loss (black)")
         .label_style(("sans-serif", 13))
         .draw()
         .map_err(|e| err(&e))?;

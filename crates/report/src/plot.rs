@@ -42,6 +42,15 @@ pub const PALETTE: [RGBColor; 8] = [
     RGBColor(23, 190, 207),
 ];
 
+/// An axis tick: whole numbers (steps) without a decimal point.
+fn tick(x: f64) -> String {
+    if x.fract() == 0.0 && x.abs() < 1e15 {
+        format!("{x:.0}")
+    } else {
+        format!("{x}")
+    }
+}
+
 /// Draws `series` into a PNG at `path`.
 pub fn line_chart(
     path: &Path,
@@ -75,6 +84,8 @@ pub fn line_chart(
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 22))
         .margin(12)
+        // Room for the last tick's label, which would otherwise be cut at the edge.
+        .margin_right(28)
         .x_label_area_size(40)
         .y_label_area_size(60)
         .build_cartesian_2d(x0..x1, (y0 - pad)..(y1 + pad))
@@ -84,6 +95,7 @@ pub fn line_chart(
         .x_desc(x_label)
         .y_desc(y_label)
         .label_style(("sans-serif", 14))
+        .x_label_formatter(&|x| tick(*x))
         .draw()
         .map_err(|e| err(&e))?;
     for (i, s) in series.iter().enumerate() {
@@ -98,9 +110,7 @@ pub fn line_chart(
             .draw_series(LineSeries::new(points, style))
             .map_err(|e| err(&e))?
             .label(s.label.clone())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
     }
     chart
         .configure_series_labels()
