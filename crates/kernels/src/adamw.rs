@@ -38,6 +38,14 @@ pub(crate) struct Scalars {
     keep: f32,
 }
 
+/// Adam's bias correction `1 / (1 - beta^t)`.
+fn correction(beta: f64, step: i32) -> f32 {
+    if crate::switch::mutated(crate::Mutation::AdamWNoBiasCorrection) {
+        return 1.0;
+    }
+    (1.0 / (1.0 - beta.powi(step))) as f32
+}
+
 impl Scalars {
     fn new(s: &AdamWStep) -> Self {
         Self {
@@ -46,8 +54,8 @@ impl Scalars {
             one_minus_beta1: (1.0 - s.beta1) as f32,
             beta2: s.beta2 as f32,
             one_minus_beta2: (1.0 - s.beta2) as f32,
-            m_correction: (1.0 / (1.0 - s.beta1.powi(s.step))) as f32,
-            v_correction: (1.0 / (1.0 - s.beta2.powi(s.step))) as f32,
+            m_correction: correction(s.beta1, s.step),
+            v_correction: correction(s.beta2, s.step),
             eps: s.eps as f32,
             lr: s.lr as f32,
             keep: (1.0 - s.lr * s.weight_decay) as f32,

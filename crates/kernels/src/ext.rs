@@ -391,7 +391,11 @@ fn attention_forward<B: HostAccess>(
         t_k,
         d_k,
     };
-    let scale = 1.0 / (d_k as f32).sqrt();
+    let scale = if crate::switch::mutated(crate::Mutation::AttentionScale) {
+        1.0 / d_k as f32
+    } else {
+        1.0 / (d_k as f32).sqrt()
+    };
     let (q, k, v) = (B::to_host(q), B::to_host(k), B::to_host(v));
     let (out, lse) = cpu::forward(
         q.as_slice(),

@@ -19,7 +19,8 @@
 //! Modules: [`cpu`] (flash attention on host memory), `device` (a wgpu device that works), `ext` (the ops registered with Burn
 //! and their backward), [`pointwise`] (GELU, LayerNorm), `gemm` (matrix products on strided
 //! views), `simd` (run-time CPU-feature dispatch), `fresh` (outputs never zeroed first),
-//! `adamw` (the one-pass update).
+//! `adamw` (the one-pass update), `switch` (kernels off per thread; test-only wrong
+//! kernels).
 //!
 //! This is the one crate of headlab that names backends; `headlab-attention` and
 //! `headlab-model` call it through these functions and stay backend-generic. It depends on
@@ -33,6 +34,7 @@ mod fresh;
 mod gemm;
 pub mod pointwise;
 mod simd;
+mod switch;
 
 use burn::backend::{Dispatch, DispatchDevice};
 use burn::tensor::{DType, Tensor};
@@ -40,14 +42,16 @@ use burn::tensor::{DType, Tensor};
 pub use adamw::AdamWStep;
 pub use device::{wgpu_device, wgpu_for_tests};
 pub use ext::KernelBackend;
+pub use switch::{Mutation, kernels_enabled, with_kernels};
 
-/// Whether the kernels run on this tensor: f32 on `flex` or `ndarray`.
+/// Whether the kernels run on this tensor: f32 on `flex` or `ndarray`, with the kernels not
+/// switched off on this thread ([`with_kernels`]).
 pub fn runs_on<const D: usize>(x: &Tensor<D>) -> bool {
     let cpu = matches!(
         x.device().inner().as_dispatch(),
         DispatchDevice::Flex(_) | DispatchDevice::NdArray(_)
     );
-    cpu && x.dtype() == DType::F32
+    cpu && x.dtype() == DType::F32 && kernels_enabled()
 }
 
 /// Whether [`flash_attention`] runs on these inputs: f32 on `flex` or `ndarray`, `k` and `v`
@@ -124,12 +128,23 @@ pub fn flash_attention_heads_last(
 }
 
 /// Exact (erf) GELU, `x * Phi(x)`: headlab's kernel (one node, its own backward) where it
-/// runs, Burn's `gelu` elsewhere.
+/// runs, `x (1 + erf(x / sqrt 2)) / 2` in Burn's ops elsewhere.
+///
+/// Not Burn's `gelu` elsewhere: Burn 0.22's default `gelu_backward`, which the cubecl backends
+/// (wgpu) use, is the derivative of the tanh approximation, not of the erf GELU its forward
+/// computes. `headlab compare` found it: wgpu's MLP weight gradients sat 25x further from
+/// the f64 truth than the CPU backends'. Written out, autodiff differentiates `erf` exactly.
 pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     if runs_on(&x) {
         Tensor::from_dispatch(<Dispatch as KernelBackend>::gelu(x.into_dispatch()))
     } else {
-        burn::tensor::activation::gelu(x)
+        let cdf = x
+            .clone()
+            .div_scalar(std::f64::consts::SQRT_2)
+            .erf()
+            .add_scalar(1.0)
+            .mul_scalar(0.5);
+        x * cdf
     }
 }
 
@@ -153,6 +168,11 @@ pub fn layer_norm<const D: usize>(
     }
     // Without a shift, zeros: a constant, so no gradient is registered for it.
     let beta = beta.unwrap_or_else(|| gamma.zeros_like());
+    let epsilon = if switch::mutated(Mutation::LayerNormEps) {
+        1e-6
+    } else {
+        epsilon
+    };
     Tensor::from_dispatch(<Dispatch as KernelBackend>::layer_norm(
         x.into_dispatch(),
         gamma.into_dispatch(),

@@ -65,10 +65,21 @@ crate::simd::dispatch! {
 
 /// Exact (erf) GELU, `x * Phi(x)`, what `torch.nn.GELU()` computes.
 pub fn gelu(x: &[f32]) -> Vec<f32> {
-    let ([y], _) = fresh([(x.len(), CHUNK)], |i, [y]| {
+    let ([mut y], _) = fresh([(x.len(), CHUNK)], |i, [y]| {
         gelu_slice(&x[i * CHUNK..][..y.len()], y)
     });
+    tanh_gelu_if_mutated(x, &mut y);
     y
+}
+
+/// The `TanhGelu` test mutation: GELU's tanh approximation written over `y`.
+fn tanh_gelu_if_mutated(x: &[f32], y: &mut [f32]) {
+    if crate::switch::mutated(crate::Mutation::TanhGelu) {
+        const C: f32 = 0.797_884_6; // sqrt(2 / pi)
+        for (y, &x) in y.iter_mut().zip(x) {
+            *y = 0.5 * x * (1.0 + (C * (x + 0.044_715 * x * x * x)).tanh());
+        }
+    }
 }
 
 /// [`gelu`] and its derivative `gelu'(x) = Phi(x) + x phi(x)` from the same `Phi` and `phi`:
@@ -79,6 +90,8 @@ pub fn gelu_with_derivative(x: &[f32]) -> (Vec<f32>, Vec<f32>) {
     let ([y, derivative], _) = fresh([(n, CHUNK), (n, CHUNK)], |i, [y, d]| {
         gelu_derivative_slice(&x[i * CHUNK..][..y.len()], y, d)
     });
+    let mut y = y;
+    tanh_gelu_if_mutated(x, &mut y);
     (y, derivative)
 }
 

@@ -81,7 +81,11 @@ dispatch! {
         for (r, row) in p.chunks_exact_mut(n).enumerate() {
             let (row, hidden) = row.split_at_mut(seen.row(r, n));
             hidden.fill(0.0);
-            let max = max(row);
+            let max = if crate::switch::mutated(crate::Mutation::SoftmaxNoMax) {
+                0.0
+            } else {
+                max(row)
+            };
             for x in row.iter_mut() {
                 *x = exp(*x - max);
             }

@@ -47,22 +47,50 @@ fn gelu_matches_burn_values_and_the_f64_gradient() {
         let y = gelu(xg.clone());
         let grads = y.clone().mul(g.clone()).sum().backward();
         assert_close(&label, values(y.inner()), values(want.inner()), 1e-6);
-        let want_dx: Vec<f32> = values(x.inner())
-            .iter()
-            .zip(values(g.inner()))
-            .map(|(&x, g)| {
-                let x = x as f64;
-                let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
-                let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
-                ((cdf + x * pdf) * g as f64) as f32
-            })
-            .collect();
+        let want_dx = gelu_grad64(&values(x.inner()), &values(g.inner()));
         assert_close(
             &format!("{label} gelu'"),
             values(xg.grad(&grads).unwrap()),
             want_dx,
             1e-6,
         );
+    }
+}
+
+/// The f64 derivative of the erf GELU times `g`, elementwise.
+fn gelu_grad64(x: &[f32], g: &[f32]) -> Vec<f32> {
+    x.iter()
+        .zip(g)
+        .map(|(&x, &g)| {
+            let x = x as f64;
+            let cdf = 0.5 * (1.0 + libm::erf(x / std::f64::consts::SQRT_2));
+            let pdf = (-0.5 * x * x).exp() / (2.0 * std::f64::consts::PI).sqrt();
+            ((cdf + x * pdf) * g as f64) as f32
+        })
+        .collect()
+}
+
+/// Where the kernels do not run (flex with them switched off, wgpu), `gelu` is written in
+/// Burn's ops so that autodiff takes the erf GELU's own derivative: Burn's `gelu` would give
+/// the tanh approximation's on wgpu (measured: the assertion below then fails there by 2.3e-4).
+#[test]
+fn gelu_off_the_kernels_has_the_erf_derivative() {
+    let mut devices = vec![("flex-burn", Device::flex().autodiff())];
+    devices.extend(headlab_kernels::wgpu_for_tests().map(|d| ("wgpu", d.autodiff())));
+    for (name, device) in devices {
+        headlab_kernels::with_kernels(false, || {
+            // Small inputs as in a freshly initialised MLP, and large ones.
+            for std in [0.2, 2.0] {
+                let x = Tensor::<2>::random([64, 96], Distribution::Normal(0.0, std), &device);
+                let g = Tensor::<2>::random([64, 96], Distribution::Default, &device);
+                assert!(!runs_on(&x), "{name}: the kernels are off");
+                let xg = x.clone().require_grad();
+                let grads = gelu(xg.clone()).mul(g.clone()).sum().backward();
+                let want = gelu_grad64(&values(x.inner()), &values(g.inner()));
+                let label = format!("{name} gelu' (std {std})");
+                assert_close(&label, values(xg.grad(&grads).unwrap()), want, 2e-6);
+            }
+        });
     }
 }
 
