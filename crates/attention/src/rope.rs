@@ -5,16 +5,23 @@
 //! dot products up to the difference of angles, so `q_i . k_j` depends on `i - j` only.
 //! Angles are computed in f64 on the host so long generations keep their precision.
 
-use burn::tensor::{Device, Tensor, TensorData};
+use burn::tensor::{DType, Device, Tensor, TensorData};
 
 /// The RoFormer frequency base.
 pub const ROPE_BASE: f64 = 10_000.0;
 
-/// `cos` and `sin` of the rotation angles for positions `offset..offset + t`.
+/// `cos` and `sin` of the rotation angles for positions `offset..offset + t`, rounded once
+/// from f64 to `dtype` (an f64 model, `headlab compare`'s ground truth, gets them in f64).
 ///
 /// # Shapes
 /// `-> ([1, 1, t, d_k], [1, 1, t, d_k])`, each half of the last axis repeated.
-pub fn rope_tables(t: usize, d_k: usize, offset: usize, device: &Device) -> (Tensor<4>, Tensor<4>) {
+pub fn rope_tables(
+    t: usize,
+    d_k: usize,
+    offset: usize,
+    device: &Device,
+    dtype: DType,
+) -> (Tensor<4>, Tensor<4>) {
     let half = d_k / 2;
     let mut cos = Vec::with_capacity(t * d_k);
     let mut sin = Vec::with_capacity(t * d_k);
@@ -22,11 +29,12 @@ pub fn rope_tables(t: usize, d_k: usize, offset: usize, device: &Device) -> (Ten
         for c in 0..d_k {
             let freq = ROPE_BASE.powf(-2.0 * (c % half) as f64 / d_k as f64);
             let angle = p as f64 * freq;
-            cos.push(angle.cos() as f32);
-            sin.push(angle.sin() as f32);
+            cos.push(angle.cos());
+            sin.push(angle.sin());
         }
     }
-    let table = |v: Vec<f32>| Tensor::from_data(TensorData::new(v, [1, 1, t, d_k]), device);
+    let table =
+        |v: Vec<f64>| Tensor::from_data(TensorData::new(v, [1, 1, t, d_k]), (device, dtype));
     (table(cos), table(sin))
 }
 
@@ -37,7 +45,7 @@ pub fn rope_tables(t: usize, d_k: usize, offset: usize, device: &Device) -> (Ten
 pub fn apply_rope(x: Tensor<4>, offset: usize) -> Tensor<4> {
     let [b, h, t, d_k] = x.dims();
     let half = d_k / 2;
-    let (cos, sin) = rope_tables(t, d_k, offset, &x.device());
+    let (cos, sin) = rope_tables(t, d_k, offset, &x.device(), x.dtype());
     let x1 = x.clone().slice([0..b, 0..h, 0..t, 0..half]);
     let x2 = x.clone().slice([0..b, 0..h, 0..t, half..d_k]);
     // rotate_half(x) = [-x2, x1]

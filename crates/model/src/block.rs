@@ -95,6 +95,9 @@ pub struct BlockOptions {
     pub return_weights: bool,
     /// Return each head's output `[b, n_heads, t_q, d_k]`.
     pub return_head_outputs: bool,
+    /// Return the attention and MLP sublayers' outputs (what each adds to the residual
+    /// stream), without changing which kernels compute them.
+    pub return_sublayers: bool,
 }
 
 /// A block's output and what its attention was asked to capture.
@@ -106,6 +109,13 @@ pub struct BlockOutput {
     pub weights: Option<Tensor<4>>,
     /// `[b, n_heads, t_q, d_k]` when asked for.
     pub head_outputs: Option<Tensor<4>>,
+    /// The attention sublayer's output `[b, t, d_model]`, when asked for.
+    pub attention: Option<Tensor<3>>,
+    /// The MLP sublayer's output `[b, t, d_model]`, when asked for (none attention-only).
+    pub mlp: Option<Tensor<3>>,
+    /// With the sublayers: `[1]`, the largest `|q . k| / sqrt(d_k)` over heads and query-key
+    /// pairs (masked ones included), how far the softmax's inputs reach.
+    pub max_score: Option<Tensor<1>>,
 }
 
 /// Attention then MLP, pre- or post-LayerNorm.
@@ -167,8 +177,12 @@ impl Block {
             && options.head_bias.is_none()
             && !options.return_weights
             && !options.return_head_outputs;
+        let sublayers = options.return_sublayers;
+        let max_score = sublayers.then(|| self.max_score(h.clone(), offset));
         if plain && let Some(output) = self.attn.forward_direct(h.clone()) {
-            return self.finish(x, output, None, None);
+            let mut out = self.finish(x, output, None, None, sublayers);
+            out.max_score = max_score;
+            return out;
         }
         let mut qkv = self.attn.project(h);
         if self.rope {
@@ -205,7 +219,28 @@ impl Block {
                 return_head_outputs: options.return_head_outputs,
             },
         );
-        self.finish(x, attn.output, attn.weights, attn.head_outputs)
+        let mut out = self.finish(x, attn.output, attn.weights, attn.head_outputs, sublayers);
+        out.max_score = max_score;
+        out
+    }
+
+    /// `max |q . k| / sqrt(d_k)` over heads and query-key pairs of the attention input `h`:
+    /// the softmax turns an absolute error in a score into a relative error in its weight, so
+    /// this sets how much it amplifies rounding (`headlab compare`'s bound). Computed apart
+    /// from the forward so the forward's kernels stay as they are.
+    ///
+    /// # Shapes
+    /// `h [b, t, d_model] -> [1]`
+    fn max_score(&self, h: Tensor<3>, offset: usize) -> Tensor<1> {
+        let mut qkv = self.attn.project(h);
+        if self.rope {
+            qkv.q = apply_rope(qkv.q, offset);
+            qkv.k = apply_rope(qkv.k, offset);
+        }
+        let k = self.attn.repeat_kv(qkv.k);
+        // [b, h, t, d_k] x [b, h, d_k, t] -> [b, h, t, t]
+        let scores = qkv.q.matmul(k.transpose());
+        scores.abs().max().div_scalar((self.attn.d_k as f64).sqrt())
     }
 
     /// The residual add around attention, then the MLP sublayer.
@@ -215,24 +250,33 @@ impl Block {
         attn: Tensor<3>,
         weights: Option<Tensor<4>>,
         head_outputs: Option<Tensor<4>>,
+        sublayers: bool,
     ) -> BlockOutput {
         let pre = self.norm == Norm::Pre;
+        let attention = sublayers.then(|| attn.clone());
         let mut x = if pre {
             x + attn
         } else {
             norm(&self.ln_1, x + attn)
         };
+        let mut mlp_out = None;
         if let (Some(ln_2), Some(mlp)) = (&self.ln_2, &self.mlp) {
-            x = if pre {
-                x.clone() + mlp.forward(norm(ln_2, x))
+            let input = if pre {
+                norm(ln_2, x.clone())
             } else {
-                norm(ln_2, x.clone() + mlp.forward(x))
+                x.clone()
             };
+            let y = mlp.forward(input);
+            mlp_out = sublayers.then(|| y.clone());
+            x = if pre { x + y } else { norm(ln_2, x + y) };
         }
         BlockOutput {
             x,
             weights,
             head_outputs,
+            attention,
+            mlp: mlp_out,
+            max_score: None,
         }
     }
 }

@@ -1,9 +1,9 @@
 //! The GPT-style decoder: embeddings, a stack of blocks, final LayerNorm and LM head.
 
-use burn::module::Module;
+use burn::module::{Module, ModuleMapper, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Initializer, LayerNorm, Linear};
 use burn::tensor::activation::log_softmax;
-use burn::tensor::{Device, Int, Tensor, TensorData};
+use burn::tensor::{DType, Device, FloatDType, Int, Tensor, TensorData};
 
 use crate::block::{Block, BlockOptions, LayerCache, gpt2_linear, layer_norm_config, norm};
 use crate::config::{GptConfig, GptConfigError, Norm, Positional};
@@ -41,6 +41,9 @@ pub struct ForwardOptions {
     pub return_weights: bool,
     /// Return every layer's per-head outputs (before mask and bias).
     pub return_head_outputs: bool,
+    /// Return the embedding and every sublayer's output, named, computed by the same kernels
+    /// as a plain forward (`headlab compare` localises a wrong kernel with them).
+    pub return_sublayers: bool,
 }
 
 /// Logits and, when asked for, attention weights.
@@ -52,6 +55,13 @@ pub struct GptOutput {
     pub weights: Vec<Tensor<4>>,
     /// One `[b, n_heads, t, d_k]` per layer, when asked for.
     pub head_outputs: Vec<Tensor<4>>,
+    /// When asked for, in order: `embedding`, then per layer `block {i} attention` and
+    /// `block {i} MLP` (the sublayers' outputs before the residual add), each
+    /// `[b, t, d_model]`.
+    pub sublayers: Vec<(String, Tensor<3>)>,
+    /// With the sublayers, per layer: `[1]`, the largest `|q . k| / sqrt(d_k)` of its
+    /// attention.
+    pub max_scores: Vec<Tensor<1>>,
 }
 
 /// Keys and values of every layer for the positions decoded so far.
@@ -74,19 +84,25 @@ impl KvCache {
 }
 
 /// Fixed sinusoidal encodings of "Attention Is All You Need" for positions
-/// `offset..offset + t`, computed in f64.
+/// `offset..offset + t`, computed in f64 and rounded once to `dtype`.
 ///
 /// # Shapes
 /// `-> [1, t, d_model]`
-pub fn sinusoidal_encoding(t: usize, d_model: usize, offset: usize, device: &Device) -> Tensor<3> {
+pub fn sinusoidal_encoding(
+    t: usize,
+    d_model: usize,
+    offset: usize,
+    device: &Device,
+    dtype: DType,
+) -> Tensor<3> {
     let mut data = Vec::with_capacity(t * d_model);
     for p in offset..offset + t {
         for i in 0..d_model {
             let angle = p as f64 / 10_000f64.powf((i - i % 2) as f64 / d_model as f64);
-            data.push(if i % 2 == 0 { angle.sin() } else { angle.cos() } as f32);
+            data.push(if i % 2 == 0 { angle.sin() } else { angle.cos() });
         }
     }
-    Tensor::from_data(TensorData::new(data, [1, t, d_model]), device)
+    Tensor::from_data(TensorData::new(data, [1, t, d_model]), (device, dtype))
 }
 
 impl Gpt {
@@ -114,6 +130,26 @@ impl Gpt {
         })
     }
 
+    /// The same model with every parameter cast to `dtype` (f64 for `headlab compare`'s
+    /// ground truth). On an autodiff device the parameters stay trainable. headlab's kernels
+    /// run on f32 only, so a model in another dtype runs on Burn's ops.
+    pub fn cast(self, dtype: FloatDType) -> Self {
+        struct Cast(FloatDType);
+        impl ModuleMapper for Cast {
+            fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+                let dtype = self.0;
+                param.map(|t| t.cast(dtype))
+            }
+        }
+        let autodiff = self.wte.weight.val().device().is_autodiff();
+        if autodiff {
+            // Cast the plain values, then make them trainable leaves again.
+            self.valid().map(&mut Cast(dtype)).train()
+        } else {
+            self.map(&mut Cast(dtype))
+        }
+    }
+
     /// Token and position embeddings for positions `offset..offset + t`.
     ///
     /// # Shapes
@@ -130,7 +166,8 @@ impl Gpt {
                 x + wpe.forward(positions.unsqueeze::<2>())
             }
             (None, Positional::Sinusoidal) => {
-                x + sinusoidal_encoding(t, self.config.d_model, offset, &device)
+                let dtype = x.dtype();
+                x + sinusoidal_encoding(t, self.config.d_model, offset, &device, dtype)
             }
             _ => x,
         }
@@ -167,6 +204,11 @@ impl Gpt {
         let mut x = self.embed(tokens, 0);
         let mut weights = Vec::new();
         let mut head_outputs = Vec::new();
+        let mut sublayers = Vec::new();
+        let mut max_scores = Vec::new();
+        if options.return_sublayers {
+            sublayers.push(("embedding".to_string(), x.clone()));
+        }
         for (layer, block) in self.blocks.iter().enumerate() {
             let head_mask = options.head_mask.as_ref().map(|m| {
                 let n_heads = m.dims()[1];
@@ -187,16 +229,26 @@ impl Gpt {
                 head_bias,
                 return_weights: options.return_weights,
                 return_head_outputs: options.return_head_outputs,
+                return_sublayers: options.return_sublayers,
             };
             let out = block.forward(x, 0, None, block_options);
             x = out.x;
             weights.extend(out.weights);
             head_outputs.extend(out.head_outputs);
+            max_scores.extend(out.max_score);
+            let named = [("attention", out.attention), ("MLP", out.mlp)];
+            for (name, value) in named {
+                if let Some(value) = value {
+                    sublayers.push((format!("block {layer} {name}"), value));
+                }
+            }
         }
         GptOutput {
             logits: self.head(x),
             weights,
             head_outputs,
+            sublayers,
+            max_scores,
         }
     }
 

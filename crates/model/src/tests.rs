@@ -531,3 +531,66 @@ fn wgpu_matches_flex_on_a_small_model() {
         .fold(0.0, f32::max);
     assert!(diff < 1e-3, "wgpu logits differ from flex by {diff}");
 }
+
+/// The captured sublayers are what the blocks add: embedding plus every sublayer is the
+/// residual stream, whose final LayerNorm times `wte^T` (written here with Burn's ops) gives
+/// the logits. Capturing changes nothing, and the model cast to f64 computes the same
+/// function in f64, on every positional encoding.
+#[test]
+fn sublayers_add_up_to_the_logits_and_the_f64_cast_agrees() {
+    let device = Device::flex();
+    let mut rng = StdRng::seed_from_u64(7);
+    for positional in POSITIONALS {
+        let config = small(positional);
+        let model = scaled(Gpt::new(&config, &device).unwrap());
+        let x = tokens(&random_ids(&mut rng, 8, 23), &device);
+        let options = ForwardOptions {
+            return_sublayers: true,
+            ..ForwardOptions::default()
+        };
+        let out = model.forward_with(x.clone(), options);
+        let names: Vec<&str> = out.sublayers.iter().map(|(n, _)| n.as_str()).collect();
+        let want = [
+            "embedding",
+            "block 0 attention",
+            "block 0 MLP",
+            "block 1 attention",
+            "block 1 MLP",
+        ];
+        assert_eq!(names, want);
+        assert_eq!(values(model.forward(x.clone())), values(out.logits.clone()));
+
+        let residual = out
+            .sublayers
+            .iter()
+            .map(|(_, t)| t.clone())
+            .reduce(|a, b| a + b)
+            .unwrap();
+        let ln = model.ln_f.as_ref().unwrap();
+        let beta = ln.beta.as_ref().map(|b| b.val());
+        let normed = burn::tensor::module::layer_norm(residual, ln.gamma.val(), beta, 1e-5);
+        // [1, t, d] x [d, v] -> [1, t, v]
+        let w = model.wte.weight.val().transpose().unsqueeze::<3>();
+        let logits = normed.matmul(w);
+        let (got, want) = (values(out.logits.clone()), values(logits));
+        let err = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(err < 1e-4, "{positional:?}: {err}");
+
+        let model64 = model.clone().cast(burn::tensor::FloatDType::F64);
+        let logits64 = model64.forward(x);
+        assert_eq!(logits64.dtype(), burn::tensor::DType::F64);
+        let err = values(logits64)
+            .iter()
+            .zip(&got)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(
+            err < 1e-4 && err > 0.0,
+            "{positional:?}: f64 against f32 {err}"
+        );
+    }
+}
