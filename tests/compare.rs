@@ -1,7 +1,8 @@
-//! `headlab compare` end to end: identical initialisation on every backend, losses within the
-//! f32-rounding tolerance, and the same losses `headlab train` reports.
+//! `headlab compare` end to end: identical initialisation on every backend, every backend
+//! within its bound of the f64 truth on every shipped config, the same losses `headlab train`
+//! reports, and each deliberately wrong kernel caught and placed.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::common::{headlab_env, ok};
 
@@ -55,7 +56,7 @@ fn backends_start_identical_agree_within_tolerance_and_match_train() {
     let mut args = vec![
         "compare",
         "--backends",
-        "flex,ndarray,wgpu",
+        "flex,flex-burn,ndarray,wgpu",
         "--steps",
         &steps,
         "--out",
@@ -74,7 +75,7 @@ fn backends_start_identical_agree_within_tolerance_and_match_train() {
         .iter()
         .map(|b| b["backend"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["flex", "ndarray", "wgpu"]);
+    assert_eq!(names, ["flex", "flex-burn", "ndarray", "wgpu"]);
     let mut losses = Vec::new();
     for b in backends {
         let name = b["backend"].as_str().unwrap();
@@ -89,6 +90,7 @@ fn backends_start_identical_agree_within_tolerance_and_match_train() {
         }
         assert!(table.contains(&format!("| {name} |")), "{table}");
         assert_eq!(b["within_tolerance"], true, "{name}: {b}");
+        assert_within_the_truth(name, b);
         assert!(f(&b["max_logit_diff"]) <= logits_tol, "{name}: {b}");
         assert!(f(&b["max_loss_diff"]) <= loss_tol, "{name}: {b}");
         let l: Vec<f64> = b["losses"].as_array().unwrap().iter().map(f).collect();
@@ -150,4 +152,245 @@ fn bad_backend_lists_are_errors_that_name_the_problem() {
             "nothing is written on bad input"
         );
     }
+}
+
+/// Every check of a backend inside its bound: the forward values, three losses, gradients.
+fn assert_within_the_truth(label: &str, b: &serde_json::Value) {
+    let checks = b["checks"].as_array().unwrap();
+    let names: Vec<&str> = checks.iter().map(|c| c["name"].as_str().unwrap()).collect();
+    for want in [
+        "embedding",
+        "block 0 attention",
+        "logits",
+        "loss (step 2)",
+        "gradients",
+    ] {
+        assert!(names.contains(&want), "{label}: no {want} in {names:?}");
+    }
+    for c in checks {
+        let (error, bound) = (f(&c["error"]), f(&c["bound"]));
+        assert!(error <= bound, "{label}: {c}");
+    }
+    assert!(b["failures"].as_array().unwrap().is_empty(), "{label}: {b}");
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// A correct build on every config in configs/ and three seeds: every CPU backend inside its
+/// bound of the f64 truth, and the bound tight enough to matter (wgpu: the test above, on
+/// lavapipe).
+#[test]
+fn a_correct_build_meets_the_truth_on_every_config_and_three_seeds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let text = repo().join("datasets/tinyshakespeare/input.txt");
+    let data = format!("data.path={}", text.display());
+    let mut configs: Vec<PathBuf> = std::fs::read_dir(repo().join("configs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+        .collect();
+    configs.sort();
+    assert!(configs.len() >= 6, "{configs:?}");
+    for config in &configs {
+        let shakespeare = std::fs::read_to_string(config)
+            .unwrap()
+            .contains("tinyshakespeare");
+        for seed in ["1", "2", "3"] {
+            let seed_set = format!("train.seed={seed}");
+            let mut args = vec![
+                "compare",
+                "-c",
+                config.to_str().unwrap(),
+                "--backends",
+                "flex,flex-burn,ndarray",
+                "--steps",
+                "3",
+                "--out",
+                "cmp",
+                "--force",
+                "--set",
+                &seed_set,
+            ];
+            if shakespeare {
+                args.extend(["--set", &data]);
+            }
+            ok(&headlab_env(&args, tmp.path(), &[]));
+            let report = json(&tmp.path().join("cmp/compare.json"));
+            for b in report["backends"].as_array().unwrap() {
+                let label = format!("{} seed {seed} {}", config.display(), b["backend"]);
+                assert_within_the_truth(&label, b);
+                // And the bound is not loose: the largest error reaches 1/20 of it (measured
+                // 0.12 to 0.23 on these configs), so a bug of 20x the rounding shows.
+                let worst = b["checks"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| f(&c["error"]) / f(&c["bound"]))
+                    .fold(0.0, f64::max);
+                assert!(worst >= 0.05, "{label}: worst error / bound {worst}");
+            }
+        }
+    }
+}
+
+/// The default config's first weights with block 0's and 1's query and key projections
+/// scaled by `factor`: attention scores in the hundreds, where a softmax without its
+/// max-subtraction overflows. Written by a plain compare into `dir`.
+fn sharp_attention_weights(dir: &Path, factor: f64) -> PathBuf {
+    use burn::module::{Module, ModuleMapper, Param};
+    use burn::tensor::{Device, Tensor};
+    use headlab_model::Gpt;
+    use headlab_train::config::RunConfig;
+
+    ok(&headlab_env(
+        &[
+            "compare",
+            "--backends",
+            "flex",
+            "--steps",
+            "1",
+            "--out",
+            "base",
+        ],
+        dir,
+        &[],
+    ));
+    let report = json(&dir.join("base/compare.json"));
+    let config: RunConfig = serde_json::from_value(report["config"].clone()).unwrap();
+    let data = headlab_data::Dataset::from_config(&config.data, config.train.seed).unwrap();
+    let gpt = config
+        .model
+        .clone()
+        .with_vocab_size(data.tokenizer().vocab_size());
+    let device = Device::flex();
+    let model = Gpt::new(&gpt, &device)
+        .unwrap()
+        .load_weights(&dir.join("base/init.safetensors"))
+        .unwrap();
+
+    struct Sharpen {
+        path: Vec<String>,
+        factor: f64,
+    }
+    impl ModuleMapper for Sharpen {
+        fn enter_module(&mut self, name: &str, _: &str) {
+            self.path.push(name.to_string());
+        }
+        fn exit_module(&mut self, _: &str, _: &str) {
+            self.path.pop();
+        }
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            let path = self.path.join(".");
+            // The path reaches the parameter: blocks.0.attn.q_proj.weight.
+            if path.contains(".q_proj.") || path.contains(".k_proj.") {
+                let factor = self.factor;
+                param.map(|t| t.mul_scalar(factor))
+            } else {
+                param
+            }
+        }
+    }
+    let model = model.map(&mut Sharpen {
+        path: Vec::new(),
+        factor,
+    });
+    let path = dir.join("sharp.safetensors");
+    model.save_weights(&path).unwrap();
+    path
+}
+
+/// Each planted kernel bug (HEADLAB_TEST_MUTATION, compiled in by the tests' `test-hooks`)
+/// makes compare exit 2, fails the backends that run the kernels (flex, ndarray) and not
+/// flex-burn, and, for the forward bugs, names the sublayer where the bug sits.
+#[test]
+fn compare_catches_each_planted_kernel_bug_and_names_its_layer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let sharp = sharp_attention_weights(tmp.path(), 40.0);
+    let sharp = sharp.to_str().unwrap();
+    let cases: [(&str, &str, &[&str]); 5] = [
+        ("tanh-gelu", "first out of bound: block 0 MLP", &[]),
+        (
+            "layer-norm-eps",
+            "first out of bound: block 0 attention",
+            &[],
+        ),
+        (
+            "attention-scale",
+            "first out of bound: block 0 attention",
+            &[],
+        ),
+        (
+            "softmax-no-max",
+            "first out of bound: block 0 attention",
+            &["--init", sharp],
+        ),
+        (
+            "adamw-no-bias-correction",
+            "out of bound: loss (step 2)",
+            &[],
+        ),
+    ];
+    for (mutation, expected, extra) in cases {
+        let out_dir = format!("cmp-{mutation}");
+        let mut args = vec![
+            "compare",
+            "--backends",
+            "flex,flex-burn,ndarray",
+            "--steps",
+            "3",
+            "--out",
+            &out_dir,
+        ];
+        args.extend_from_slice(extra);
+        let out = headlab_env(&args, tmp.path(), &[("HEADLAB_TEST_MUTATION", mutation)]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{mutation}: {stderr}");
+        assert!(stderr.contains(expected), "{mutation}: {stderr}");
+        let report = json(&tmp.path().join(&out_dir).join("compare.json"));
+        for b in report["backends"].as_array().unwrap() {
+            let name = b["backend"].as_str().unwrap();
+            let failures: Vec<&str> = b["failures"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| f.as_str().unwrap())
+                .collect();
+            if name == "flex-burn" {
+                assert!(failures.is_empty(), "{mutation}: flex-burn {failures:?}");
+                continue;
+            }
+            assert_eq!(b["within_tolerance"], false, "{mutation} {name}");
+            assert!(
+                failures[0].starts_with(expected),
+                "{mutation} {name}: {failures:?}"
+            );
+            if !expected.starts_with("first") {
+                // An optimizer bug leaves the forward pass alone.
+                assert!(
+                    failures.iter().all(|f| !f.starts_with("first")),
+                    "{mutation} {name}: {failures:?}"
+                );
+            }
+        }
+    }
+    // Without a mutation the sharp weights pass: the softmax case fails for the bug, not for
+    // the large scores.
+    let out = headlab_env(
+        &[
+            "compare",
+            "--backends",
+            "flex,flex-burn,ndarray",
+            "--steps",
+            "3",
+            "--out",
+            "sharp",
+            "--init",
+            sharp,
+        ],
+        tmp.path(),
+        &[],
+    );
+    ok(&out);
 }

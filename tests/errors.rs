@@ -409,7 +409,7 @@ fn run_and_checkpoint_errors_name_the_file_and_change_nothing() {
 fn cli_errors_name_the_option_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let backend = ["unknown backend \"cuda\"", "flex, ndarray, wgpu"];
+    let backend = ["unknown backend \"cuda\"", "flex, flex-burn, ndarray, wgpu"];
     fails(dir, &train_args(&["--backend", "cuda"]), &backend);
     fails(dir, &train_args(&["--set", "train.backend=cuda"]), &backend);
 

@@ -39,7 +39,8 @@ struct Args {
     /// Fewer sizes and iterations: checks that every section runs, in about a minute.
     #[arg(long)]
     quick: bool,
-    /// Backends to measure, comma-separated.
+    /// Backends to measure, comma-separated (flex-burn: flex on Burn's ops alone, headlab's
+    /// kernels off).
     #[arg(long, value_delimiter = ',', default_value = "flex,ndarray")]
     backends: Vec<Backend>,
     /// Folder for the JSON and markdown results.
@@ -477,7 +478,8 @@ fn measure_backend(
         push(out, "matmul", row);
     }
     let runs = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
-    let cpu = backend != Backend::Wgpu;
+    // Where headlab's flash kernel runs; elsewhere `flash` is the naive op, not measured twice.
+    let cpu = backend != Backend::Wgpu && backend.kernels();
     for &t in sizes.ts.iter().filter(|_| runs("attention")) {
         let kernels = [
             (false, "naive"),
@@ -486,7 +488,6 @@ fn measure_backend(
             (true, "naive"),
             (true, "flash"),
         ];
-        // On wgpu `flash` is the naive op (the kernel is CPU-only): not measured twice.
         for (backward, kernel) in kernels.into_iter().filter(|(_, k)| cpu || *k != "flash") {
             let row = attention(bench, backend, device, [4, 4, 32], t, backward, kernel);
             push(out, "attention", row);
@@ -564,7 +565,10 @@ fn bench() {
     let sizes = Sizes::new(quick);
     for &backend in &args.backends {
         match backend.device() {
-            Ok(device) => measure_backend(&mut bench, &args, &sizes, backend, &device, &mut out),
+            // flex-burn: the same device with headlab's kernels off, Burn's ops alone.
+            Ok(device) => headlab_kernels::with_kernels(backend.kernels(), || {
+                measure_backend(&mut bench, &args, &sizes, backend, &device, &mut out)
+            }),
             Err(e) => {
                 eprintln!("bench: {backend} is not available: {e}");
                 out["unavailable"][backend.to_string()] = json!(e.to_string());

@@ -2,9 +2,9 @@
 //! are `anyhow` here and typed in the libraries.
 //!
 //! Exit codes: 0 success; 2 bad input of any kind (config, data, run directory, checkpoint,
-//! backend, options), with a message naming what is wrong and how to fix it; 3 training
-//! diverged (the last good checkpoint is kept); 130 interrupted by Ctrl-C (a checkpoint is
-//! saved to resume from).
+//! backend, options), with a message naming what is wrong and how to fix it, or a backend that
+//! fails `headlab compare`; 3 training diverged (the last good checkpoint is kept); 130
+//! interrupted by Ctrl-C (a checkpoint is saved to resume from).
 
 use std::process::ExitCode;
 

@@ -19,7 +19,8 @@ pub struct TrainArgs {
     /// Override a config key, e.g. --set train.lr=3e-4 (repeatable).
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Backend: flex, ndarray or wgpu (overrides train.backend).
+    /// Backend: flex, flex-burn (flex on Burn's own ops), ndarray or wgpu (overrides
+    /// train.backend).
     #[arg(long, short)]
     pub backend: Option<String>,
     /// Run directory to create (default: runs/<config name>, or runs/<config name>-N if taken).

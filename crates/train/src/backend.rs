@@ -13,21 +13,31 @@ use thiserror::Error;
 pub enum Backend {
     /// Burn's ndarray CPU backend (deprecated upstream in favour of flex; kept to compare).
     Ndarray,
-    /// Burn's flex CPU backend.
+    /// Burn's flex CPU backend, with headlab's kernels.
     #[default]
     Flex,
+    /// flex with headlab's kernels switched off: Burn's own ops on the same device, the
+    /// witness that checks the kernels (`headlab compare`) and the baseline they are timed
+    /// against (`headlab-bench`).
+    #[serde(rename = "flex-burn")]
+    FlexBurn,
     /// Burn's wgpu backend: Vulkan, Metal or DX12, or Mesa's lavapipe on a CPU.
     Wgpu,
 }
 
 /// Every backend, in the order they are listed to users.
-pub const BACKENDS: [Backend; 3] = [Backend::Flex, Backend::Ndarray, Backend::Wgpu];
+pub const BACKENDS: [Backend; 4] = [
+    Backend::Flex,
+    Backend::FlexBurn,
+    Backend::Ndarray,
+    Backend::Wgpu,
+];
 
 /// A backend that cannot be used.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum BackendError {
     /// Not a backend name.
-    #[error("unknown backend {0:?}: choose one of flex, ndarray, wgpu")]
+    #[error("unknown backend {0:?}: choose one of flex, flex-burn, ndarray, wgpu")]
     Unknown(String),
     /// wgpu found no working adapter.
     #[error(
@@ -43,6 +53,7 @@ impl fmt::Display for Backend {
         f.write_str(match self {
             Backend::Ndarray => "ndarray",
             Backend::Flex => "flex",
+            Backend::FlexBurn => "flex-burn",
             Backend::Wgpu => "wgpu",
         })
     }
@@ -55,6 +66,7 @@ impl FromStr for Backend {
         match s.trim().to_ascii_lowercase().as_str() {
             "ndarray" => Ok(Backend::Ndarray),
             "flex" => Ok(Backend::Flex),
+            "flex-burn" => Ok(Backend::FlexBurn),
             "wgpu" => Ok(Backend::Wgpu),
             _ => Err(BackendError::Unknown(s.to_string())),
         }
@@ -68,9 +80,15 @@ impl Backend {
     pub fn device(self) -> Result<Device, BackendError> {
         match self {
             Backend::Ndarray => Ok(Device::ndarray()),
-            Backend::Flex => Ok(Device::flex()),
+            Backend::Flex | Backend::FlexBurn => Ok(Device::flex()),
             Backend::Wgpu => wgpu_device(),
         }
+    }
+
+    /// Whether headlab's kernels run on this backend's device: run its work inside
+    /// `headlab_kernels::with_kernels(backend.kernels(), ..)`.
+    pub fn kernels(self) -> bool {
+        self != Backend::FlexBurn
     }
 }
 
@@ -106,7 +124,7 @@ mod tests {
         let err = "cuda".parse::<Backend>().unwrap_err().to_string();
         assert_eq!(
             err,
-            "unknown backend \"cuda\": choose one of flex, ndarray, wgpu"
+            "unknown backend \"cuda\": choose one of flex, flex-burn, ndarray, wgpu"
         );
     }
 }

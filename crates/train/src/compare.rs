@@ -1,41 +1,35 @@
-//! `headlab compare`: one model, several backends, agreement and speed side by side.
+//! `headlab compare`: one model, several backends, each against an f64 ground truth, with
+//! speed and memory side by side.
 //!
 //! The weights are created once (on flex, from the run's seed), written to `init.safetensors`
-//! and loaded on every backend, so all start from the same bits. Each backend then takes the
-//! same `steps` training steps on the same batches (those `headlab train` would draw), and
-//! the report gives the step-0 logit difference, every step's loss, the largest loss gap to
-//! the first backend, timings per phase and memory.
+//! and loaded on every backend, so all start from the same bits. The same model then runs once
+//! in f64 on flex with Burn's ops ([`crate::truth`]): the embedding, every sublayer's output and
+//! the logits on step 0's first micro-batch, step 0's loss and gradients, and the losses of
+//! steps 1 and 2 after one and two updates. Each backend takes the same `steps` training steps on the same batches
+//! (those `headlab train` would draw) and its first step is set against that truth, value by
+//! value, each within a bound derived from the rounding of f32 (the truth module's docs). A
+//! backend fails when a value leaves its bound, or when its error is more than
+//! [`BEST_RATIO`] times the best backend's on the same value; the report names the first
+//! forward value that left, which is where a wrong forward kernel sits.
 //!
-//! # Tolerance
-//! Two correct f32 backends differ only by rounding, which depends on summation order. A
-//! dot product of length `K` in f32 is within `K u` (relative to the sum of |terms|) of the
-//! exact value, `u = 2^-24` the unit roundoff. A forward pass chains `S = 8 L + 2` such
-//! reductions (per layer: two norms, the Q/K/V projection, scores, weights times values, the
-//! output projection, the MLP's two matmuls; then the final norm and the LM head), with `K`
-//! the longest of `d_model`, `d_ff`, `block_size` and the vocabulary. To first order the
-//! relative errors add, and each backend may sit on either side of the exact value:
+//! `flex-burn` is flex with headlab's kernels switched off: Burn's own ops on the same device,
+//! so the kernels have a witness even where wgpu has no driver.
 //!
-//! - logits at step 0: `tol_logits = 2 S K u max(1, max |logit|)`;
-//! - loss at step 0: cross-entropy moves by at most twice the largest logit change (its
-//!   gradient `softmax - onehot` has L1 norm <= 2), so `tol_loss(0) = 2 tol_logits`;
-//! - loss at step `s`: every update carries the previous step's difference forward and adds
-//!   one more step's rounding, so `tol_loss(s) = (1 + s) tol_loss(0)`.
-//!
-//! This is a first-order model, not a proof: the forward bound is relative to the sum of
-//! |terms| rather than |logit|, the backward pass's reductions (over batch x tokens) are not
-//! counted, and AdamW's normalised update can turn a rounding-level gradient difference into
-//! a full `lr` step. Correct backends land orders of magnitude inside it (1e-7 on logits,
-//! 1e-6 on losses here), while a different initialisation or batch, or a wrong kernel, lands
-//! far outside; a kernel that is only slightly wrong (a tanh GELU for an erf one) could pass.
-//! The step-0 logits go through the inference path (the fused attention kernel) and the losses
-//! through the training path (the naive op under autodiff), so both are compared.
+//! # The worst-case tolerance
+//! After step 2 there is no truth; every loss is compared with the reference backend's (the
+//! first within its bounds of the truth), within a worst-case first-order bound. A dot product of length `K` in f32 is within `K u` of
+//! the exact value (relative to the sum of |terms|). A forward pass chains `S = 8 L + 2` such
+//! reductions, with `K` the longest of `d_model`, `d_ff`, `block_size` and the vocabulary, and
+//! each backend may sit on either side, so logits at step 0 may differ by
+//! `2 S K u max(1, max |logit|)`, the loss by twice that, and the loss at step `s` by `1 + s`
+//! times the loss's. Correct backends sit far inside it; it catches a different
+//! initialisation or batch, not a slightly wrong kernel (that is the truth's job).
 
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use burn::module::Module;
 use burn::tensor::Device;
-use headlab_data::{DataError, Dataset, ids_tensor};
+use headlab_data::{DataError, Dataset};
 use headlab_model::{Gpt, GptConfig, GptConfigError, WeightsError};
 use serde::Serialize;
 use thiserror::Error;
@@ -46,6 +40,8 @@ use crate::optim::AdamW;
 use crate::rss;
 use crate::schedule::lr_at;
 use crate::step::{gradients, step_batches, update};
+pub use crate::truth::{BEST_RATIO, Check, SAFETY, UNIT_ROUNDOFF};
+use crate::truth::{Probe, TRUTH_STEPS, checks, f64_truth, forward_values, gradient_values};
 
 /// Why a comparison could not run.
 #[derive(Debug, Error)]
@@ -87,12 +83,19 @@ pub enum CompareError {
     /// No backend could run.
     #[error("none of the backends ({0}) is available")]
     NoneAvailable(String),
+    /// `--init` names no file.
+    #[error(
+        "--init {}: no such file; give a weights file of this config's model, e.g. a run's \
+         checkpoints/last/model.bpk",
+        .0.display()
+    )]
+    InitMissing(PathBuf),
+    /// The f64 ground truth could not be computed.
+    #[error("computing the f64 ground truth: {0}")]
+    Truth(String),
 }
 
-/// The f32 unit roundoff.
-pub const UNIT_ROUNDOFF: f64 = 1.0 / (1u64 << 24) as f64;
-
-/// The tolerances of the module docs for a model config.
+/// The worst-case tolerances of the module docs for a model config.
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct Tolerance {
     /// `S`: reductions chained in one forward pass.
@@ -146,6 +149,13 @@ pub struct BackendReport {
     pub available: bool,
     /// Why it did not.
     pub reason: Option<String>,
+    /// Step 0 against the f64 truth: every forward value, the losses, the gradients.
+    pub checks: Vec<Check>,
+    /// Why the backend fails, empty when it passes: the first forward value out of its bound
+    /// ("block 0 MLP: error 2.1e-4 (bound 3.0e-6)"), other values out of bound, values more
+    /// than [`BEST_RATIO`] times the best backend's error, losses beyond the worst-case
+    /// tolerance.
+    pub failures: Vec<String>,
     /// Max |logit difference| to the reference at step 0 (0 for the reference).
     pub max_logit_diff: f64,
     /// Loss before each update, one per step.
@@ -154,7 +164,7 @@ pub struct BackendReport {
     pub max_loss_diff: f64,
     /// The step of `max_loss_diff`.
     pub max_loss_diff_step: usize,
-    /// Logits and every loss within tolerance of the reference.
+    /// Within every bound: `failures` is empty.
     pub within_tolerance: bool,
     /// Median milliseconds per step, after the first (warm-up) step: forward with the loss.
     pub forward_ms: f64,
@@ -183,7 +193,8 @@ pub struct CompareReport {
     pub steps: usize,
     /// Batch size times block size.
     pub tokens_per_step: usize,
-    /// The first backend that ran: the others are compared to it.
+    /// The backend the others' losses are compared to over every step: the first within its
+    /// bounds of the f64 truth, else the nearest (the smallest worst error over bound).
     pub reference: String,
     /// The tolerance model.
     pub tolerance: Tolerance,
@@ -193,6 +204,10 @@ pub struct CompareReport {
     pub logits_tolerance: f64,
     /// Allowed |loss difference| at the last step.
     pub final_loss_tolerance: f64,
+    /// `C` of the f64 bound.
+    pub safety: f64,
+    /// Seconds the f64 truth took.
+    pub truth_seconds: f64,
     /// Per backend, in the order asked.
     pub backends: Vec<BackendReport>,
 }
@@ -218,7 +233,8 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// What one backend measured.
 struct Run {
-    logits: Vec<f32>,
+    probe: Probe,
+    logits: Vec<f64>,
     losses: Vec<f64>,
     phases: Vec<[f64; 3]>,
     peak_rss_mib: Option<f64>,
@@ -240,16 +256,20 @@ fn run_backend(
     let model = Gpt::new(gpt, &device).map_err(|e| e.to_string())?;
     let mut model = model.load_weights(init).map_err(|e| e.to_string())?;
 
-    // Step-0 logits on the first micro-batch of step 0, without autodiff.
+    // Step 0's forward values on its first micro-batch, without autodiff.
     let batches = step_batches(data, tc, gpt.block_size, 0).map_err(|e| e.to_string())?;
     let inner = device.clone().inner();
-    let x = ids_tensor(&batches[0].0, tc.batch_size, gpt.block_size, &inner);
-    let logits: Vec<f32> = model
-        .valid()
-        .forward(x)
-        .into_data()
-        .try_into_vec_as::<f32>()
-        .map_err(|e| format!("reading logits: {e:?}"))?;
+    let (forward, max_scores) = forward_values(&model, &batches[0].0, tc.batch_size, &inner);
+    let mut probe = Probe {
+        forward,
+        max_scores,
+        ..Probe::default()
+    };
+    let logits = probe
+        .forward
+        .last()
+        .map(|(_, l)| l.clone())
+        .unwrap_or_default();
 
     let mut optim = AdamW::new(crate::trainer::adamw_config(tc));
     let (mut losses, mut phases) = (Vec::new(), Vec::new());
@@ -257,6 +277,9 @@ fn run_backend(
     for it in 0..steps {
         let lr = lr_at(it, tc.lr, tc.min_lr, tc.warmup_iters, tc.decay_iters());
         let step = gradients(&model, data, tc, it, &device, true).map_err(|e| e.to_string())?;
+        if it == 0 {
+            probe.grads = gradient_values(&model, &step.grads);
+        }
         let start = Instant::now();
         model = update(model, &mut optim, &step, lr, tc.grad_clip);
         device.sync().map_err(|e| format!("{e:?}"))?;
@@ -271,7 +294,9 @@ fn run_backend(
         (Some(before), Some(peak)) => Some((peak - before).max(0.0)),
         _ => None,
     };
+    probe.losses = losses.iter().take(TRUTH_STEPS).copied().collect();
     Ok(Run {
+        probe,
         logits,
         losses,
         phases,
@@ -280,21 +305,48 @@ fn run_backend(
     })
 }
 
-/// Compares `backends` (the first that runs is the reference). `out` receives the shared
-/// initialisation, `init.safetensors`; the report is returned for `headlab-report` to write.
+/// A backend to compare: its name, its device (or why there is none), and whether headlab's
+/// kernels run on it.
+#[derive(Debug)]
+pub struct Candidate {
+    /// As the user named it.
+    pub name: String,
+    /// The device, or why it is not available.
+    pub device: Result<Device, String>,
+    /// Whether headlab's kernels run (off for `flex-burn`).
+    pub kernels: bool,
+}
+
+impl Candidate {
+    /// Looks up `backend`'s device.
+    pub fn of(backend: Backend) -> Self {
+        Self {
+            name: backend.to_string(),
+            device: backend.device().map_err(|e| e.to_string()),
+            kernels: backend.kernels(),
+        }
+    }
+}
+
+/// Compares `backends` (the first that runs is the reference for the worst-case tolerance).
+/// `out` receives the shared initialisation, `init.safetensors`; the report is returned for
+/// `headlab-report` to write.
 pub fn compare(
     config: RunConfig,
     backends: &[Backend],
     steps: usize,
     out: &Path,
+    init_from: Option<&Path>,
 ) -> Result<CompareReport, CompareError> {
     // Everything that can be checked is, before any backend starts.
     let config = checked(config, steps)?;
-    let devices = backends
-        .iter()
-        .map(|b| (b.to_string(), b.device().map_err(|e| e.to_string())))
-        .collect();
-    compare_on(config, devices, steps, out)
+    if let Some(path) = init_from
+        && !path.is_file()
+    {
+        return Err(CompareError::InitMissing(path.to_path_buf()));
+    }
+    let candidates = backends.iter().map(|&b| Candidate::of(b)).collect();
+    compare_on(config, candidates, steps, out, init_from)
 }
 
 /// The config with dropout off (so every backend computes the same function), validated.
@@ -314,12 +366,13 @@ fn checked(mut config: RunConfig, steps: usize) -> Result<RunConfig, CompareErro
     Ok(config)
 }
 
-/// [`compare`] on devices already looked up: `(name, device or why there is none)`.
+/// [`compare`] on backends already looked up.
 pub fn compare_on(
     config: RunConfig,
-    devices: Vec<(String, Result<Device, String>)>,
+    candidates: Vec<Candidate>,
     steps: usize,
     out: &Path,
+    init_from: Option<&Path>,
 ) -> Result<CompareReport, CompareError> {
     let config = checked(config, steps)?;
     let data = Dataset::from_config(&config.data, config.train.seed)?;
@@ -334,82 +387,188 @@ pub fn compare_on(
         source,
     })?;
 
-    // One initialisation, on flex, seeded as `headlab train` seeds a flex run; every backend
-    // loads it.
+    // One initialisation, on flex, seeded as `headlab train` seeds a flex run (or the weights
+    // of `init_from`); every backend loads it.
     let init = out.join("init.safetensors");
     let host = Backend::Flex.device()?;
     host.seed(config.train.seed);
-    Gpt::new(&gpt, &host)?.save_weights(&init)?;
+    let model = Gpt::new(&gpt, &host)?;
+    let model = match init_from {
+        Some(path) => model.load_weights(path)?,
+        None => model,
+    };
+    model.save_weights(&init)?;
     let params = gpt.param_count(true);
 
-    let tolerance = Tolerance::of(&gpt);
-    let mut reports = Vec::new();
-    let mut reference: Option<(String, Run)> = None;
-    let mut max_abs_logit = 0.0f64;
-    let names: Vec<String> = devices.iter().map(|(n, _)| n.clone()).collect();
-    for (name, device) in devices {
+    eprintln!("compare: the f64 ground truth (the first {TRUTH_STEPS} steps)");
+    let start = Instant::now();
+    let truth = f64_truth(&config, &gpt, &data, &init).map_err(CompareError::Truth)?;
+    let truth_seconds = start.elapsed().as_secs_f64();
+    let tokens = config.train.batch_size * gpt.block_size * config.train.grad_accum;
+
+    let mut runs: Vec<(String, Result<Run, String>)> = Vec::new();
+    let names: Vec<String> = candidates.iter().map(|c| c.name.clone()).collect();
+    for Candidate {
+        name,
+        device,
+        kernels,
+    } in candidates
+    {
         let device = match device {
             Ok(device) => device,
             Err(reason) => {
                 eprintln!("compare: {name} is not available: {reason}");
-                reports.push(unavailable(&name, reason));
+                runs.push((name, Err(reason)));
                 continue;
             }
         };
         eprintln!("compare: {name}: {steps} steps");
-        let run = run_backend(&config, &gpt, &data, &init, device, steps).map_err(|message| {
-            CompareError::Run {
-                backend: name.clone(),
-                message,
-            }
+        let run = headlab_kernels::with_kernels(kernels, || {
+            run_backend(&config, &gpt, &data, &init, device, steps)
+        })
+        .map_err(|message| CompareError::Run {
+            backend: name.clone(),
+            message,
         })?;
-        let agreement = match &reference {
-            None => {
-                max_abs_logit = run
-                    .logits
-                    .iter()
-                    .fold(0.0f64, |m, &v| m.max(f64::from(v).abs()));
-                Agreement {
-                    max_logit_diff: 0.0,
-                    max_loss_diff: 0.0,
-                    max_loss_diff_step: 0,
-                    within: true,
-                }
-            }
-            Some((_, r)) => agreement(r, &run, &tolerance, max_abs_logit),
-        };
-        reports.push(backend_report(&name, &run, agreement));
-        if reference.is_none() {
-            reference = Some((name, run));
-        }
+        runs.push((name, Ok(run)));
     }
-    let Some((reference, _)) = reference else {
+
+    // The reference for the losses after the truth's last step: the first backend within its
+    // bounds of the truth, else the nearest (by its worst error over bound).
+    let checked: Vec<Option<Vec<Check>>> = runs
+        .iter()
+        .map(|(_, run)| {
+            run.as_ref()
+                .ok()
+                .map(|run| checks(&run.probe, &truth, &gpt, tokens))
+        })
+        .collect();
+    let worst = |c: &Vec<Check>| c.iter().map(Check::ratio).fold(0.0f64, f64::max);
+    let ratios: Vec<(usize, f64)> = (0..runs.len())
+        .filter_map(|i| checked[i].as_ref().map(|c| (i, worst(c))))
+        .collect();
+    let first_within = ratios.iter().find(|(_, w)| *w <= 1.0);
+    let nearest = ratios.iter().min_by(|a, b| a.1.total_cmp(&b.1));
+    let Some(&(reference, _)) = first_within.or(nearest) else {
         return Err(CompareError::NoneAvailable(names.join(", ")));
     };
+    let tolerance = Tolerance::of(&gpt);
+    let (reference_name, reference_run) = match &runs[reference] {
+        (name, Ok(run)) => (name.clone(), run),
+        _ => unreachable!("the reference ran"),
+    };
+    let max_abs_logit = reference_run
+        .logits
+        .iter()
+        .fold(0.0f64, |m, &v| m.max(v.abs()));
+    let mut reports = Vec::new();
+    for ((name, run), checks) in runs.iter().zip(checked) {
+        match (run, checks) {
+            (Ok(run), Some(checks)) => {
+                let agreement = agreement(reference_run, run, &tolerance, max_abs_logit);
+                reports.push(backend_report(name, run, agreement, checks));
+            }
+            (Err(reason), _) => reports.push(unavailable(name, reason.clone())),
+            (Ok(_), None) => unreachable!("every run is checked"),
+        }
+    }
+    judge(&mut reports, &tolerance, max_abs_logit);
     let report = CompareReport {
         params,
         steps,
         tokens_per_step: config.train.batch_size * config.model.block_size,
-        reference,
+        reference: reference_name,
         tolerance,
         max_abs_logit,
         logits_tolerance: tolerance.logits(max_abs_logit),
         final_loss_tolerance: tolerance.loss(max_abs_logit, steps - 1),
+        safety: SAFETY,
+        truth_seconds,
         backends: reports,
         config,
     };
     Ok(report)
 }
 
+/// Fills in every backend's `failures` and `within_tolerance`: checks out of their bound (the
+/// first forward one named first, as the place a forward bug shows), checks more than
+/// [`BEST_RATIO`] times the best backend's error, and losses beyond the worst-case tolerance.
+fn judge(reports: &mut [BackendReport], tolerance: &Tolerance, max_abs_logit: f64) {
+    let ran: Vec<usize> = (0..reports.len())
+        .filter(|&i| reports[i].available)
+        .collect();
+    let best = |c: usize| {
+        ran.iter()
+            .filter_map(|&i| reports[i].checks.get(c).map(|c| c.error))
+            .filter(|e| !e.is_nan())
+            .fold(f64::INFINITY, f64::min)
+    };
+    let n_checks = reports.iter().map(|r| r.checks.len()).max().unwrap_or(0);
+    let bests: Vec<f64> = (0..n_checks).map(best).collect();
+    for &i in &ran {
+        let r = &mut reports[i];
+        let mut failures = Vec::new();
+        let out = |c: &Check| c.ratio() > 1.0;
+        let describe = |c: &Check| {
+            let at = c
+                .detail
+                .as_ref()
+                .map_or(String::new(), |d| format!(" ({d})"));
+            format!(
+                "{}{at}: error {:.1e} (bound {:.1e})",
+                c.name, c.error, c.bound
+            )
+        };
+        if let Some(first) = r.checks.iter().find(|c| c.forward && out(c)) {
+            failures.push(format!("first out of bound: {}", describe(first)));
+        }
+        for c in r.checks.iter().filter(|c| !c.forward && out(c)) {
+            failures.push(format!("out of bound: {}", describe(c)));
+        }
+        for (k, c) in r.checks.iter().enumerate() {
+            let best = bests.get(k).copied().unwrap_or(f64::INFINITY);
+            if !out(c) && c.error > BEST_RATIO * best && c.ratio() > 1.0 / BEST_RATIO {
+                failures.push(format!(
+                    "{}: {:.0}x the best backend's error ({:.1e} against {:.1e})",
+                    c.name,
+                    c.error / best,
+                    c.error,
+                    best
+                ));
+            }
+        }
+        if !r.within_tolerance {
+            failures.push(format!(
+                "beyond the worst-case tolerance from the reference backend: logits {:.2e} \
+                 (tolerance {:.2e}), loss {:.2e} at step {} (tolerance {:.2e})",
+                r.max_logit_diff,
+                tolerance.logits(max_abs_logit),
+                r.max_loss_diff,
+                r.max_loss_diff_step,
+                tolerance.loss(max_abs_logit, r.max_loss_diff_step)
+            ));
+        }
+        r.within_tolerance = failures.is_empty();
+        r.failures = failures;
+    }
+}
+
 /// The report of a backend that ran: its agreement, and its timings as medians over the
 /// steps after the first (which includes kernel compilation on wgpu).
-fn backend_report(name: &str, run: &Run, agreement: Agreement) -> BackendReport {
+fn backend_report(
+    name: &str,
+    run: &Run,
+    agreement: Agreement,
+    checks: Vec<Check>,
+) -> BackendReport {
     let skip = usize::from(run.phases.len() > 1);
     let phase = |i: usize| median(run.phases.iter().skip(skip).map(|p| p[i]).collect());
     BackendReport {
         backend: name.to_string(),
         available: true,
         reason: None,
+        checks,
+        failures: Vec::new(),
         max_logit_diff: agreement.max_logit_diff,
         losses: run.losses.clone(),
         max_loss_diff: agreement.max_loss_diff,
@@ -438,7 +597,7 @@ fn agreement(reference: &Run, run: &Run, tolerance: &Tolerance, max_abs_logit: f
         .logits
         .iter()
         .zip(&run.logits)
-        .fold(0.0f64, |m, (&a, &b)| m.max(f64::from(a - b).abs()));
+        .fold(0.0f64, |m, (&a, &b)| m.max((a - b).abs()));
     // NaN compares false, so a NaN anywhere is never "within".
     let mut within = max_logit_diff <= tolerance.logits(max_abs_logit)
         && reference.logits.len() == run.logits.len()
@@ -465,6 +624,8 @@ fn unavailable(name: &str, reason: String) -> BackendReport {
         backend: name.to_string(),
         available: false,
         reason: Some(reason),
+        checks: Vec::new(),
+        failures: Vec::new(),
         max_logit_diff: f64::NAN,
         losses: Vec::new(),
         max_loss_diff: f64::NAN,
@@ -498,8 +659,9 @@ mod tests {
         assert!((tol.loss(0.5, 9) - 20.0 * expected).abs() < 1e-15);
     }
 
-    fn run(logits: Vec<f32>, losses: Vec<f64>) -> Run {
+    fn run(logits: Vec<f64>, losses: Vec<f64>) -> Run {
         Run {
+            probe: Probe::default(),
             logits,
             losses,
             phases: Vec::new(),
@@ -521,10 +683,7 @@ mod tests {
         // Step 0 allows less than step 1.
         let early = run(vec![0.5, -1.0], vec![2.0 + 1.5 * l0, 1.5]);
         assert!(!agreement(&reference, &early, &tol, 1.0).within);
-        let logits = run(
-            vec![0.5 + 2.0 * tol.logits(1.0) as f32, -1.0],
-            vec![2.0, 1.5],
-        );
+        let logits = run(vec![0.5 + 2.0 * tol.logits(1.0), -1.0], vec![2.0, 1.5]);
         let a = agreement(&reference, &logits, &tol, 1.0);
         assert!(!a.within && a.max_logit_diff > tol.logits(1.0), "{a:?}");
         let nan = run(vec![0.5, -1.0], vec![2.0, f64::NAN]);
@@ -548,13 +707,19 @@ mod tests {
             config.apply_set(set).unwrap();
         }
         let out = tempfile::tempdir().unwrap();
+        let candidate = |name: &str, device: Result<Device, String>, kernels| Candidate {
+            name: name.to_string(),
+            device,
+            kernels,
+        };
         #[allow(deprecated)]
         let devices = vec![
-            ("wgpu".to_string(), Err("no adapter here".to_string())),
-            ("flex".to_string(), Ok(Device::flex())),
-            ("ndarray".to_string(), Ok(Device::ndarray())),
+            candidate("wgpu", Err("no adapter here".to_string()), true),
+            candidate("flex", Ok(Device::flex()), true),
+            candidate("flex-burn", Ok(Device::flex()), false),
+            candidate("ndarray", Ok(Device::ndarray()), true),
         ];
-        let report = compare_on(config, devices, 3, out.path()).unwrap();
+        let report = compare_on(config, devices, 3, out.path(), None).unwrap();
         assert_eq!(report.reference, "flex");
         let wgpu = &report.backends[0];
         assert!(!wgpu.available && wgpu.reason.as_deref() == Some("no adapter here"));

@@ -28,6 +28,7 @@ pub mod run;
 pub mod schedule;
 pub mod step;
 pub mod trainer;
+pub mod truth;
 
 pub use config::RunConfig;
 pub use run::RunDir;

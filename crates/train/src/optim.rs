@@ -97,9 +97,7 @@ impl ModuleVisitor for SquaredNorm<'_> {
 pub fn global_grad_norm<M: Module>(model: &M, grads: &GradientsParams) -> f64 {
     let mut visitor = SquaredNorm { grads, total: None };
     model.visit(&mut visitor);
-    visitor
-        .total
-        .map_or(0.0, |t| f64::from(t.into_scalar::<f32>()).sqrt())
+    visitor.total.map_or(0.0, |t| t.into_scalar::<f64>().sqrt())
 }
 
 struct Update<'a> {

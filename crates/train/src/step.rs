@@ -69,7 +69,7 @@ pub fn gradients(
         let (x, y) = batch_tensors(&x, &y, b, t, device);
         let start = Instant::now();
         let loss = cross_entropy(model.forward(x), y, None).div_scalar(train.grad_accum as f64);
-        loss_sum += f64::from(loss.clone().into_scalar::<f32>());
+        loss_sum += loss.clone().into_scalar::<f64>();
         forward_s += start.elapsed().as_secs_f64();
         let start = Instant::now();
         let grads = GradientsParams::from_grads(loss.backward(), model);

@@ -231,12 +231,25 @@ pub fn train(
     observers: &mut [Box<dyn Observer>],
 ) -> Result<TrainSummary, TrainError> {
     let (run, config, dataset, saved) = resolve_run(&options)?;
+    let backend: Backend = config.train.backend.parse()?;
+    let resolved = (run, config, dataset, saved);
+    headlab_kernels::with_kernels(backend.kernels(), || {
+        train_resolved(resolved, backend, options, observers)
+    })
+}
+
+/// [`train`] once the run, its config and its data are resolved.
+fn train_resolved(
+    (run, config, dataset, saved): (RunDir, RunConfig, Dataset, RunConfig),
+    backend: Backend,
+    options: TrainOptions,
+    observers: &mut [Box<dyn Observer>],
+) -> Result<TrainSummary, TrainError> {
     let tc = config.train.clone();
     let gpt_config = config
         .model
         .clone()
         .with_vocab_size(dataset.tokenizer().vocab_size());
-    let backend: Backend = tc.backend.parse()?;
     let device = backend.device()?.autodiff();
     let _keep_pages = KeepFreedPages::new();
 
