@@ -503,6 +503,37 @@ fn compare_checks_its_arguments_before_starting_a_backend() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
 
+/// `--init` that is missing, or holds another model's weights, is refused before anything is
+/// written, naming the file and what to give instead.
+#[test]
+fn compare_init_weights_must_exist_and_fit_the_config() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let compare = [
+        "compare",
+        "--backends",
+        "flex",
+        "--steps",
+        "1",
+        "--out",
+        "cmp",
+    ];
+    let mut args = compare.to_vec();
+    args.extend(["--init", "missing.bpk"]);
+    fails(
+        dir,
+        &args,
+        &["--init missing.bpk: no such file", "last/model.bpk"],
+    );
+    let run = trained(dir, "small");
+    let weights = run.join("last/model.bpk");
+    let mut args = compare.to_vec();
+    args.extend(["--init", weights.to_str().unwrap()]);
+    // The default config's model is wider than TINY's.
+    fails(dir, &args, &["do not fit this model", "has shape"]);
+    assert!(!dir.join("cmp").exists(), "nothing is written on bad input");
+}
+
 /// Options that do not apply are refused, and a checkpoint folder given as a run says which
 /// option picks it.
 #[test]

@@ -32,7 +32,7 @@ pub struct CompareArgs {
     #[arg(long, default_value_t = 20)]
     pub steps: usize,
     /// Start every backend from these weights instead of a fresh initialisation: a weights
-    /// file of the config's model, e.g. a run's checkpoints/last/model.bpk, whose attention is
+    /// file of the config's model, e.g. a run's last/model.bpk, whose attention is
     /// sharper than at initialisation.
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,

@@ -86,7 +86,7 @@ pub enum CompareError {
     /// `--init` names no file.
     #[error(
         "--init {}: no such file; give a weights file of this config's model, e.g. a run's \
-         checkpoints/last/model.bpk",
+         last/model.bpk",
         .0.display()
     )]
     InitMissing(PathBuf),
@@ -382,14 +382,9 @@ pub fn compare_on(
         .clone()
         .with_vocab_size(data.tokenizer().vocab_size());
     gpt.validate()?;
-    std::fs::create_dir_all(out).map_err(|source| CompareError::Io {
-        path: out.to_path_buf(),
-        source,
-    })?;
 
     // One initialisation, on flex, seeded as `headlab train` seeds a flex run (or the weights
-    // of `init_from`); every backend loads it.
-    let init = out.join("init.safetensors");
+    // of `init_from`, loaded before anything is written); every backend loads it.
     let host = Backend::Flex.device()?;
     host.seed(config.train.seed);
     let model = Gpt::new(&gpt, &host)?;
@@ -397,6 +392,11 @@ pub fn compare_on(
         Some(path) => model.load_weights(path)?,
         None => model,
     };
+    std::fs::create_dir_all(out).map_err(|source| CompareError::Io {
+        path: out.to_path_buf(),
+        source,
+    })?;
+    let init = out.join("init.safetensors");
     model.save_weights(&init)?;
     let params = gpt.param_count(true);
 
