@@ -41,9 +41,9 @@ pub struct GptConfig {
     pub vocab_size: usize,
     /// Longest context the model sees (positions 0..block_size). Default 64.
     pub block_size: usize,
-    /// Width of the residual stream. Default 128.
+    /// Width of the residual stream. Default 64.
     pub d_model: usize,
-    /// Number of transformer blocks. Default 4.
+    /// Number of transformer blocks. Default 2.
     pub n_layers: usize,
     /// Query heads per block; each gets `d_k = d_model / n_heads`. Default 4.
     pub n_heads: usize,
@@ -77,8 +77,8 @@ impl Default for GptConfig {
         Self {
             vocab_size: 0,
             block_size: 64,
-            d_model: 128,
-            n_layers: 4,
+            d_model: 64,
+            n_layers: 2,
             n_heads: 4,
             n_kv_heads: None,
             d_ff: None,

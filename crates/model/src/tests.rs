@@ -155,7 +155,7 @@ fn parameter_count_matches_the_formula() {
         small(Positional::Learned)
             .with_n_kv_heads(Some(2))
             .with_d_ff(Some(24)),
-        GptConfig::new(65), // nanoGPT's CPU recipe sizes
+        recipe(),
     ];
     for config in configs {
         let model = Gpt::new(&config, device).unwrap();
@@ -166,11 +166,16 @@ fn parameter_count_matches_the_formula() {
     }
     // The recipe's 0.8M parameters, by hand: 4 x (4*128*128 + 4*128 attn + 2*128*512 + 512 + 128
     // mlp + 2*256 ln) + 256 ln_f + 65*128 wte + 64*128 wpe.
-    let recipe = GptConfig::new(65);
+    let recipe = recipe();
     assert_eq!(
         recipe.param_count(true),
         4 * (65536 + 512 + 131072 + 640 + 512) + 256 + 8320 + 8192
     );
+}
+
+/// nanoGPT's CPU recipe sizes (configs/shakespeare-char-cpu.toml, with biases).
+fn recipe() -> GptConfig {
+    GptConfig::new(65).with_d_model(128).with_n_layers(4)
 }
 
 #[test]

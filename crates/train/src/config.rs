@@ -20,15 +20,15 @@ pub use headlab_model::{GptConfig, GptConfigError, Norm, Positional};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
-    /// Sequences per optimiser step (per micro-batch with `grad_accum`). Default 12.
+    /// Sequences per optimiser step (per micro-batch with `grad_accum`). Default 16.
     pub batch_size: usize,
-    /// Optimiser steps. Default 2000.
+    /// Optimiser steps. Default 600.
     pub max_iters: usize,
-    /// Peak learning rate after warm-up. Default 1e-3.
+    /// Peak learning rate after warm-up. Default 2e-3.
     pub lr: f64,
-    /// Floor of the cosine decay. Default 1e-4.
+    /// Floor of the cosine decay. Default 2e-4.
     pub min_lr: f64,
-    /// Linear warm-up steps. Default 100.
+    /// Linear warm-up steps. Default 50.
     pub warmup_iters: usize,
     /// Step at which the cosine decay reaches `min_lr`. Default: none, meaning `max_iters`.
     pub lr_decay_iters: Option<usize>,
@@ -42,17 +42,17 @@ pub struct TrainConfig {
     pub grad_clip: f64,
     /// Micro-batches accumulated per step. Default 1.
     pub grad_accum: usize,
-    /// Steps between evaluations of train/val loss. Default 250.
+    /// Steps between evaluations of train/val loss. Default 100.
     pub eval_interval: usize,
-    /// Batches averaged per evaluation. Default 200.
+    /// Batches averaged per evaluation. Default 20.
     pub eval_iters: usize,
     /// Steps between log lines. Default 10.
     pub log_interval: usize,
     /// Seed of initialisation, batch sampling and built-in corpora. Default 1337.
     pub seed: u64,
-    /// Tokens sampled after training; 0 skips sampling. Default 200.
+    /// Tokens sampled after training; 0 skips sampling. Default 300.
     pub sample_tokens: usize,
-    /// Record per-head attention statistics every this many steps; 0 is off. Default 0.
+    /// Record per-head attention statistics every this many steps; 0 is off. Default 50.
     pub track_heads_every: usize,
     /// Compute backend name. Default `flex`.
     pub backend: String,
@@ -61,23 +61,23 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         Self {
-            batch_size: 12,
-            max_iters: 2000,
-            lr: 1e-3,
-            min_lr: 1e-4,
-            warmup_iters: 100,
+            batch_size: 16,
+            max_iters: 600,
+            lr: 2e-3,
+            min_lr: 2e-4,
+            warmup_iters: 50,
             lr_decay_iters: None,
             beta1: 0.9,
             beta2: 0.99,
             weight_decay: 0.1,
             grad_clip: 1.0,
             grad_accum: 1,
-            eval_interval: 250,
-            eval_iters: 200,
+            eval_interval: 100,
+            eval_iters: 20,
             log_interval: 10,
             seed: 1337,
-            sample_tokens: 200,
-            track_heads_every: 0,
+            sample_tokens: 300,
+            track_heads_every: 50,
             backend: "flex".to_string(),
         }
     }
@@ -181,7 +181,8 @@ pub enum ValidationError {
     #[error("{field} is 0 but must be at least 1 (default {default})")]
     Zero {
         field: &'static str,
-        default: &'static str,
+        /// The built-in default, or the key it follows.
+        default: String,
     },
     #[error("{field} = {value} is out of range: it must be {expected}")]
     OutOfRange {
@@ -320,15 +321,44 @@ impl RunConfig {
 impl TrainConfig {
     /// Checks the `[train]` keys on their own.
     pub fn validate(&self) -> Result<(), ValidationError> {
-        let t = self;
-        let zero_checks: [(&'static str, Option<usize>, &'static str); 7] = [
-            ("train.batch_size", Some(t.batch_size), "12"),
-            ("train.max_iters", Some(t.max_iters), "2000"),
-            ("train.lr_decay_iters", t.lr_decay_iters, "train.max_iters"),
-            ("train.grad_accum", Some(t.grad_accum), "1"),
-            ("train.eval_interval", Some(t.eval_interval), "250"),
-            ("train.eval_iters", Some(t.eval_iters), "200"),
-            ("train.log_interval", Some(t.log_interval), "10"),
+        let (t, d) = (self, TrainConfig::default());
+        // The defaults quoted are the built-in ones, read from `TrainConfig::default`.
+        let zero_checks: [(&'static str, Option<usize>, String); 7] = [
+            (
+                "train.batch_size",
+                Some(t.batch_size),
+                d.batch_size.to_string(),
+            ),
+            (
+                "train.max_iters",
+                Some(t.max_iters),
+                d.max_iters.to_string(),
+            ),
+            (
+                "train.lr_decay_iters",
+                t.lr_decay_iters,
+                "train.max_iters".into(),
+            ),
+            (
+                "train.grad_accum",
+                Some(t.grad_accum),
+                d.grad_accum.to_string(),
+            ),
+            (
+                "train.eval_interval",
+                Some(t.eval_interval),
+                d.eval_interval.to_string(),
+            ),
+            (
+                "train.eval_iters",
+                Some(t.eval_iters),
+                d.eval_iters.to_string(),
+            ),
+            (
+                "train.log_interval",
+                Some(t.log_interval),
+                d.log_interval.to_string(),
+            ),
         ];
         for (field, value, default) in zero_checks {
             if value == Some(0) {
@@ -590,29 +620,33 @@ mod tests {
     fn empty_file_is_the_documented_default() {
         let c = RunConfig::from_toml_str("", "empty").unwrap();
         assert_eq!(c, RunConfig::default());
+        // One default: configs/default.toml (what bare `headlab train` runs) spells out the
+        // same values, so a config with only some sections gets that run's other sections.
+        let shipped = RunConfig::load(configs_dir().join("default.toml")).unwrap();
+        assert_eq!(shipped, c);
         let (m, t, d) = (&c.model, &c.train, &c.data);
         assert_eq!(
             (m.block_size, m.d_model, m.n_layers, m.n_heads),
-            (64, 128, 4, 4)
+            (64, 64, 2, 4)
         );
-        assert_eq!((m.kv_heads(), m.mlp_width(), m.d_k()), (4, 512, 32));
+        assert_eq!((m.kv_heads(), m.mlp_width(), m.d_k()), (4, 256, 16));
         assert!(m.bias && m.tie_embeddings && !m.attn_only);
         assert_eq!((m.positional, m.norm), (Positional::Learned, Norm::Pre));
         assert_eq!(
             (t.batch_size, t.max_iters, t.lr, t.min_lr),
-            (12, 2000, 1e-3, 1e-4)
+            (16, 600, 2e-3, 2e-4)
         );
         assert_eq!(
             (t.warmup_iters, t.decay_iters(), t.grad_accum),
-            (100, 2000, 1)
+            (50, 600, 1)
         );
         assert_eq!(
             (t.eval_interval, t.eval_iters, t.log_interval),
-            (250, 200, 10)
+            (100, 20, 10)
         );
         assert_eq!(
             (t.seed, t.sample_tokens, t.track_heads_every),
-            (1337, 200, 0)
+            (1337, 300, 50)
         );
         assert_eq!(t.backend, "flex");
         assert_eq!(
@@ -769,12 +803,12 @@ mod tests {
         ));
 
         let msg = set("train.lr=fast").unwrap_err().to_string();
-        for part in ["train.lr", "\"fast\"", "f64", "current value: 0.001"] {
+        for part in ["train.lr", "\"fast\"", "f64", "current value: 0.002"] {
             assert!(msg.contains(part), "{part:?} missing from {msg}");
         }
         let msg = set("train.batch_size=1.5").unwrap_err().to_string();
         assert!(
-            msg.contains("usize") && msg.contains("current value: 12"),
+            msg.contains("usize") && msg.contains("current value: 16"),
             "{msg}"
         );
         let msg = set("train.batch_size=-1").unwrap_err().to_string();
@@ -913,7 +947,7 @@ mod tests {
             .validate()
             .unwrap_err()
             .to_string();
-        assert!(msg.contains("0.01") && msg.contains("0.001"), "{msg}");
+        assert!(msg.contains("0.01") && msg.contains("0.002"), "{msg}");
     }
 
     #[test]
