@@ -401,4 +401,56 @@ fn a_run_works_from_another_folder_and_notices_changed_data() {
         "{stderr}"
     );
     assert!(stderr.contains("fox.txt"), "{stderr}");
+
+    // With the text gone, what does not need it still runs: `sample`, and `heads --text`
+    // (maps and pattern scores; ablation and importance NaN, and said so). `heads` without a
+    // text says how to go on.
+    std::fs::remove_file(work.join("fox.txt")).unwrap();
+    ok(&headlab(
+        &[
+            "sample",
+            "work/run",
+            "--prompt",
+            "the",
+            "--max-new-tokens",
+            "8",
+        ],
+        elsewhere,
+    ));
+    let out = headlab(
+        &[
+            "heads",
+            "work/run",
+            "--text",
+            "the quick brown fox",
+            "--out",
+            "t",
+        ],
+        elsewhere,
+    );
+    let table = ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ablation and importance are skipped"),
+        "{stderr}"
+    );
+    assert!(table.contains("NaN"), "{table}");
+    let csv = std::fs::read_to_string(elsewhere.join("t/heads.csv")).unwrap();
+    let row = csv.lines().nth(1).unwrap();
+    assert!(row.ends_with("NaN,NaN,NaN"), "{row}");
+    // The pattern scores are still measured: numbers, not NaN.
+    assert!(
+        row.split(',')
+            .nth(3)
+            .unwrap()
+            .parse::<f64>()
+            .unwrap()
+            .is_finite(),
+        "{row}"
+    );
+    let out = headlab(&["heads", "work/run", "--out", "u"], elsewhere);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("give --text or --file"), "{stderr}");
+    assert!(!elsewhere.join("u").exists());
 }

@@ -37,11 +37,28 @@ pub struct HeadsArgs {
 pub fn run(args: HeadsArgs) -> Result<()> {
     let (run, trained, device) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
     let (config, tokenizer, model) = (trained.config, trained.tokenizer, trained.model);
-    let data = load_dataset(&run, &config, tokenizer.clone())?;
     let text = match (&args.text, &args.file) {
         (Some(text), _) => Some(text.clone()),
         (None, Some(path)) => Some(read_text(path)?),
         (None, None) => None,
+    };
+    // With a text of its own the analysis can go on without the run's data (moved or gone):
+    // everything but ablation and importance, which need held-out batches.
+    let data = match load_dataset(&run, &config, tokenizer.clone()) {
+        Ok(data) => Some(data),
+        Err(e) if text.is_some() => {
+            eprintln!(
+                "note: {e}; going on without the run's data: the maps and pattern scores use your \
+                 text and random sequences, ablation and importance are skipped (NaN)"
+            );
+            None
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e)).context(
+                "the head table needs the run's data for its held-out batches; give --text or \
+                 --file to analyse heads on a text of your own without it",
+            );
+        }
     };
     let block = config.model.block_size;
     if block < 3 {
@@ -49,8 +66,8 @@ pub fn run(args: HeadsArgs) -> Result<()> {
             "head analysis needs model.block_size >= 3 (a token and two copies of another); this run has {block}"
         );
     }
-    let map_ids = match &text {
-        Some(text) => {
+    let map_ids = match (&text, &data) {
+        (Some(text), _) => {
             let ids = tokenizer
                 .encode(text)
                 .context("encoding the text for the attention maps")?;
@@ -66,15 +83,24 @@ pub fn run(args: HeadsArgs) -> Result<()> {
             }
             ids[..ids.len().min(block)].to_vec()
         }
-        None => data.tokens(Split::Val)[..block.min(32)].to_vec(),
+        (None, Some(data)) => data.tokens(Split::Val)[..block.min(32)].to_vec(),
+        (None, None) => bail!("no text and no data to analyse heads on"),
     };
-    let probe = Probe::new(
-        &data,
-        block,
-        tokenizer.vocab_size(),
-        text.as_ref().map(|_| map_ids.clone()),
-        config.train.seed,
-    )?;
+    let probe = match &data {
+        Some(data) => Probe::new(
+            data,
+            block,
+            tokenizer.vocab_size(),
+            text.as_ref().map(|_| map_ids.clone()),
+            config.train.seed,
+        )?,
+        None => Probe::from_text(
+            block,
+            tokenizer.vocab_size(),
+            map_ids.clone(),
+            config.train.seed,
+        ),
+    };
     let out = args.out.clone().unwrap_or_else(|| run.root.join("heads"));
     let title = format!("headlab heads: {}", run.root.display());
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;

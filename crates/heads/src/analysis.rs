@@ -80,16 +80,7 @@ impl Probe {
         // Runs of 16 (fewer in short contexts): the scale of the induction corpus's runs.
         let period = ((block_size - 1) / 2).min(16);
         let n_repeated = 8;
-        let mut repeated = Vec::with_capacity(n_repeated * (1 + 2 * period));
-        for _ in 0..n_repeated {
-            let first = rng.random_range(0..vocab_size as u32);
-            let half: Vec<u32> = (0..period)
-                .map(|_| rng.random_range(0..vocab_size as u32))
-                .collect();
-            repeated.push(first);
-            repeated.extend_from_slice(&half);
-            repeated.extend_from_slice(&half);
-        }
+        let repeated = repeated_sequences(&mut rng, n_repeated, period, vocab_size);
         let batch = 8;
         let held_out = (0..4)
             .map(|_| data.sample_batch(Split::Val, batch, block_size, &mut rng))
@@ -105,10 +96,46 @@ impl Probe {
         })
     }
 
+    /// Probes without a dataset: the given text (cropped to `block_size`) and repeated random
+    /// sequences, no held-out batches, so [`analyze`] leaves ablation and importance NaN. For
+    /// `headlab heads --text` on a run whose data is not at hand.
+    pub fn from_text(block_size: usize, vocab_size: usize, text: Vec<u32>, seed: u64) -> Self {
+        let mut rng = StdRng::seed_from_u64(mix_seed(seed, 0, 0x4845_4144));
+        let ids: Vec<u32> = text[..text.len().min(block_size)].to_vec();
+        let n = ids.len();
+        let period = ((block_size - 1) / 2).min(16);
+        let n_repeated = 8;
+        Self {
+            text: ids,
+            text_shape: (1, n),
+            repeated: repeated_sequences(&mut rng, n_repeated, period, vocab_size),
+            n_repeated,
+            period,
+            held_out: Vec::new(),
+            batch: 8,
+        }
+    }
+
     /// Length of each repeated sequence.
     pub fn repeated_len(&self) -> usize {
         1 + 2 * self.period
     }
+}
+
+/// `rows` sequences of a random token then a random half of `period` tokens twice,
+/// row-major.
+fn repeated_sequences(rng: &mut StdRng, rows: usize, period: usize, vocab: usize) -> Vec<u32> {
+    let mut repeated = Vec::with_capacity(rows * (1 + 2 * period));
+    for _ in 0..rows {
+        let first = rng.random_range(0..vocab as u32);
+        let half: Vec<u32> = (0..period)
+            .map(|_| rng.random_range(0..vocab as u32))
+            .collect();
+        repeated.push(first);
+        repeated.extend_from_slice(&half);
+        repeated.extend_from_slice(&half);
+    }
+    repeated
 }
 
 fn ids(v: &[u32], rows: usize, cols: usize, device: &Device) -> Tensor<2, Int> {
@@ -248,9 +275,29 @@ fn held_out_loss(model: &Gpt, probe: &Probe, options: &ForwardOptions, device: &
     sum.mean()
 }
 
-/// The full head table: pattern scores, zero and mean ablation, gradient importance.
+/// The full head table: pattern scores, zero and mean ablation, gradient importance. Without
+/// held-out batches ([`Probe::from_text`]) the last three are NaN.
 pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
     let (patterns, _) = pattern_scores(model, probe, device);
+    if probe.held_out.is_empty() {
+        let t = model.config.block_size;
+        return patterns
+            .into_iter()
+            .map(|p| HeadRow {
+                ablation_zero: f64::NAN,
+                ablation_mean: f64::NAN,
+                grad_importance: f64::NAN,
+                label: label(
+                    p.induction,
+                    p.previous_token,
+                    p.first_token,
+                    p.mean_distance,
+                    t,
+                ),
+                scores: p,
+            })
+            .collect();
+    }
     let (n_layers, n_heads, d_k) = (
         model.config.n_layers,
         model.config.n_heads,

@@ -44,7 +44,7 @@ const cols = ['layer', 'head', 'label', 'previous_token', 'induction', 'duplicat
 const tbl = document.getElementById('table');
 tbl.innerHTML = '<tr>' + cols.map(c => `<th>${c}</th>`).join('') + '</tr>';
 for (const r of D.rows) { const tr = tbl.insertRow(); tr.dataset.layer = r.layer; tr.dataset.head = r.head;
-  tr.innerHTML = cols.map(c => `<td>${typeof r[c] === 'number' && !Number.isInteger(r[c]) ? r[c].toFixed(3) : r[c]}</td>`).join('');
+  tr.innerHTML = cols.map(c => `<td>${r[c] === null ? '–' : typeof r[c] === 'number' && !Number.isInteger(r[c]) ? r[c].toFixed(3) : r[c]}</td>`).join('');
   tr.onclick = () => pick(r.layer, r.head); }
 if (L) pick(0, 0);
 document.body.dataset.ready = '1';
