@@ -91,6 +91,8 @@ fn backends_start_identical_agree_within_tolerance_and_match_train() {
         assert!(table.contains(&format!("| {name} |")), "{table}");
         assert_eq!(b["within_tolerance"], true, "{name}: {b}");
         assert_within_the_truth(name, b);
+        // wgpu names its adapter (lavapipe: llvmpipe); the CPU backends have none.
+        assert_eq!(b["adapter"].is_string(), name == "wgpu", "{name}: {b}");
         assert!(f(&b["max_logit_diff"]) <= logits_tol, "{name}: {b}");
         assert!(f(&b["max_loss_diff"]) <= loss_tol, "{name}: {b}");
         let l: Vec<f64> = b["losses"].as_array().unwrap().iter().map(f).collect();

@@ -144,6 +144,10 @@ pub fn compare_markdown(report: &CompareReport) -> String {
             opt(b.device_reserved_mib),
         ));
     }
+    for b in report.backends.iter().filter(|b| b.adapter.is_some()) {
+        let adapter = b.adapter.as_deref().unwrap_or_default();
+        s.push_str(&format!("\n{} ran on adapter {adapter}.\n", b.backend));
+    }
     s.push_str(&truth_table(report));
     let failing: Vec<_> = report
         .backends

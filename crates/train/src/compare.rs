@@ -149,6 +149,9 @@ pub struct BackendReport {
     pub available: bool,
     /// Why it did not.
     pub reason: Option<String>,
+    /// The adapter it ran on, where the backend names one (wgpu: `llvmpipe (LLVM 15.0.7, 256
+    /// bits)` for lavapipe).
+    pub adapter: Option<String>,
     /// Step 0 against the f64 truth: every forward value, the losses, the gradients.
     pub checks: Vec<Check>,
     /// Why the backend fails, empty when it passes: the first forward value out of its bound
@@ -233,6 +236,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// What one backend measured.
 struct Run {
+    adapter: Option<String>,
     probe: Probe,
     logits: Vec<f64>,
     losses: Vec<f64>,
@@ -296,6 +300,7 @@ fn run_backend(
     };
     probe.losses = losses.iter().take(TRUTH_STEPS).copied().collect();
     Ok(Run {
+        adapter: device.identity().map(|i| i.name),
         probe,
         logits,
         losses,
@@ -567,6 +572,7 @@ fn backend_report(
         backend: name.to_string(),
         available: true,
         reason: None,
+        adapter: run.adapter.clone(),
         checks,
         failures: Vec::new(),
         max_logit_diff: agreement.max_logit_diff,
@@ -624,6 +630,7 @@ fn unavailable(name: &str, reason: String) -> BackendReport {
         backend: name.to_string(),
         available: false,
         reason: Some(reason),
+        adapter: None,
         checks: Vec::new(),
         failures: Vec::new(),
         max_logit_diff: f64::NAN,
@@ -661,6 +668,7 @@ mod tests {
 
     fn run(logits: Vec<f64>, losses: Vec<f64>) -> Run {
         Run {
+            adapter: None,
             probe: Probe::default(),
             logits,
             losses,

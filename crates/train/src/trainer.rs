@@ -284,7 +284,7 @@ fn train_resolved(
     for observer in observers.iter_mut() {
         observer.start(&start).map_err(observer_error)?;
     }
-    announce(&model, &run, backend, &dataset, resuming);
+    announce(&model, &run, backend, &device, &dataset, resuming);
     let mut lp = Loop {
         eval_device: device.clone().inner(),
         device,
@@ -360,7 +360,14 @@ fn warn_if_schedule_moves(saved: &TrainConfig, now: &TrainConfig, step: usize) {
 }
 
 /// The line that opens a run's log: model size, where it goes, the data.
-fn announce(model: &Gpt, run: &RunDir, backend: Backend, dataset: &Dataset, resuming: bool) {
+fn announce(
+    model: &Gpt,
+    run: &RunDir,
+    backend: Backend,
+    device: &Device,
+    dataset: &Dataset,
+    resuming: bool,
+) {
     eprintln!(
         "headlab: {} parameters ({} without embeddings), {} on {}, data: {} ({} train / {} val tokens, vocab {})",
         model.num_params(),
@@ -372,6 +379,9 @@ fn announce(model: &Gpt, run: &RunDir, backend: Backend, dataset: &Dataset, resu
         dataset.len(Split::Val),
         dataset.tokenizer().vocab_size(),
     );
+    if let Some(identity) = device.identity() {
+        eprintln!("{backend}: adapter {}", identity.name);
+    }
     if backend == Backend::Wgpu && !resuming {
         eprintln!("wgpu: the first step compiles and tunes its kernels (seconds to a minute)");
     }
