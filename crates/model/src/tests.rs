@@ -544,6 +544,7 @@ fn wgpu_matches_flex_on_a_small_model() {
 #[test]
 fn sublayers_add_up_to_the_logits_and_the_f64_cast_agrees() {
     let device = Device::flex();
+    device.seed(7);
     let mut rng = StdRng::seed_from_u64(7);
     for positional in POSITIONALS {
         let config = small(positional);
@@ -578,12 +579,17 @@ fn sublayers_add_up_to_the_logits_and_the_f64_cast_agrees() {
         let w = model.wte.weight.val().transpose().unsqueeze::<3>();
         let logits = normed.matmul(w);
         let (got, want) = (values(out.logits.clone()), values(logits));
+        // The weights are scaled to O(1), so the logits reach tens: compare relative to them.
+        let scale = got.iter().fold(1.0f32, |m, v| m.max(v.abs()));
         let err = got
             .iter()
             .zip(&want)
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f32::max);
-        assert!(err < 1e-4, "{positional:?}: {err}");
+        assert!(
+            err < 2e-6 * scale,
+            "{positional:?}: {err} (logits up to {scale})"
+        );
 
         let model64 = model.clone().cast(burn::tensor::FloatDType::F64);
         let logits64 = model64.forward(x);
@@ -593,9 +599,10 @@ fn sublayers_add_up_to_the_logits_and_the_f64_cast_agrees() {
             .zip(&got)
             .map(|(a, b)| (a - b).abs())
             .fold(0.0, f32::max);
+        // f32's own rounding with scores in the tens (measured up to 6.6e-6 relative, rope).
         assert!(
-            err < 1e-4 && err > 0.0,
-            "{positional:?}: f64 against f32 {err}"
+            err < 3e-5 * scale && err > 0.0,
+            "{positional:?}: f64 against f32 {err} (logits up to {scale})"
         );
     }
 }
