@@ -21,7 +21,8 @@ pub struct EvalArgs {
     /// Evaluate on this UTF-8 text file instead.
     #[arg(long)]
     pub file: Option<PathBuf>,
-    /// Backend to run on: flex, ndarray or wgpu (default: the run's own train.backend).
+    /// Backend to run on: flex, flex-burn, ndarray or wgpu (default: the run's own
+    /// train.backend).
     #[arg(long, short)]
     pub backend: Option<String>,
     /// Checkpoint to use.
@@ -55,7 +56,10 @@ pub fn run(args: EvalArgs) -> Result<()> {
             )
         }
         None => {
-            let data = load_dataset(&run, &config, tokenizer.clone())?;
+            let data = load_dataset(&run, &config, tokenizer.clone()).context(
+                "eval reads the split from the run's own text: restore it, or give --file FILE \
+                 to measure the run on another text",
+            )?;
             let split = match args.split {
                 SplitArg::Val => Split::Val,
                 SplitArg::Train => Split::Train,

@@ -25,7 +25,8 @@ pub struct HeadsArgs {
     /// Where to write heads.csv, heads.json, attention.png and heads.html (default: RUN/heads).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
-    /// Backend to run on: flex, ndarray or wgpu (default: the run's own train.backend).
+    /// Backend to run on: flex, flex-burn, ndarray or wgpu (default: the run's own
+    /// train.backend).
     #[arg(long, short)]
     pub backend: Option<String>,
     /// Checkpoint to use.

@@ -53,7 +53,7 @@ pub struct LabArgs {
     /// Override a config key of the lab's runs (repeatable), e.g. --set train.max_iters=300.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
-    /// Backend of the lab's runs: flex, ndarray or wgpu (overrides train.backend).
+    /// Backend of the lab's runs: flex, flex-burn, ndarray or wgpu (overrides train.backend).
     #[arg(long, short)]
     pub backend: Option<String>,
     /// Seeds for `lab heads` (comma-separated; default 1,2,3).

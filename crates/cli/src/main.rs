@@ -44,10 +44,10 @@ enum Command {
     Heads(heads::HeadsArgs),
     /// Rerunnable experiments on head specialisation: induction, heads, ambiguity.
     Lab(lab::LabArgs),
-    /// The same model, seed and batches on several backends: step-0 logit difference,
-    /// per-step losses against an f32-rounding tolerance, time per phase and peak memory.
-    /// Writes compare.md, compare.json, compare.png and compare-gap.png. Exits with 2 if
-    /// backends disagree.
+    /// The same model, seed and batches on several backends, each against an f64 ground truth
+    /// (every sublayer, the losses, the gradients) within a bound from f32 rounding, with time
+    /// per phase and peak memory. Writes compare.md, compare.json, compare.png and
+    /// compare-gap.png. Exits with 2 if a backend fails, naming where.
     Compare(compare::CompareArgs),
 }
 

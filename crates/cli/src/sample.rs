@@ -36,7 +36,8 @@ pub struct SampleArgs {
     /// Sampling seed.
     #[arg(long, default_value_t = 1337)]
     pub seed: u64,
-    /// Backend to run on: flex, ndarray or wgpu (default: the run's own train.backend).
+    /// Backend to run on: flex, flex-burn, ndarray or wgpu (default: the run's own
+    /// train.backend).
     #[arg(long, short)]
     pub backend: Option<String>,
     /// Checkpoint to use.

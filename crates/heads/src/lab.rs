@@ -169,7 +169,10 @@ pub fn heads(
     for &h in head_counts {
         if h == 0 || !d_model.is_multiple_of(h) {
             return Err(LabError::Nothing(format!(
-                "--heads {h} does not divide d_model = {d_model}"
+                "--heads {h} does not divide d_model = {d_model}; choose among {:?}",
+                (1..=d_model)
+                    .filter(|k| d_model.is_multiple_of(*k))
+                    .collect::<Vec<_>>()
             )));
         }
         let mut count = HeadCount {

@@ -101,7 +101,7 @@ pub enum RunError {
     #[error(
         "the data of {} has changed since it was trained: {what} has SHA-256 {now}, the run \
          recorded {recorded} in data.json; to measure the run on its own text, restore the \
-         original or point train at a copy with --set data.path=FILE",
+         original file there",
         run.display()
     )]
     DataChanged {
@@ -154,7 +154,8 @@ pub enum RunError {
     #[error(
         "checkpoint {dir} cannot be verified: its {MANIFEST} {why}. A checkpoint written by \
          headlab always has one, so this one is damaged or was not made by `headlab train`; \
-         use the run's other checkpoint (--checkpoint best or last) or train again"
+         use the run's other checkpoint (--checkpoint {}) or train again",
+        other_checkpoint(dir)
     )]
     Manifest {
         /// The checkpoint folder.
@@ -166,8 +167,9 @@ pub enum RunError {
     #[error(
         "checkpoint file {file} is damaged: {why}, which does not match what {manifest} \
          recorded when the checkpoint was written (the file was truncated or changed since). \
-         Restore it from a backup, or use the run's other checkpoint: --checkpoint best or last \
-         for sample and eval; to resume from `best`, copy it over `last` first"
+         Restore it from a backup, or use the run's other checkpoint: --checkpoint {} for \
+         sample and eval; to resume from `best`, copy it over `last` first",
+        other_checkpoint(file.parent().unwrap_or(file))
     )]
     Corrupt {
         /// The damaged file.
@@ -758,6 +760,15 @@ pub fn open_trained(
         model,
     };
     Ok((run, trained, device))
+}
+
+/// The checkpoint a damaged one's error points to: `best` for `last`, `last` otherwise.
+fn other_checkpoint(dir: &Path) -> &'static str {
+    if dir.file_name().is_some_and(|n| n == "last") {
+        "best"
+    } else {
+        "last"
+    }
 }
 
 #[cfg(test)]
