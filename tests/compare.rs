@@ -396,3 +396,35 @@ fn compare_catches_each_planted_kernel_bug_and_names_its_layer() {
     );
     ok(&out);
 }
+
+/// Without XDG_RUNTIME_DIR (a container, a CI job) Mesa's drivers used to print "XDG_RUNTIME_DIR
+/// is invalid or not set" four times as wgpu started; headlab now gives them a private folder.
+#[test]
+fn wgpu_starts_without_xdg_runtime_dir_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut args = vec![
+        "compare",
+        "--backends",
+        "wgpu",
+        "--steps",
+        "1",
+        "--out",
+        "cmp",
+    ];
+    args.extend_from_slice(TINY);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_headlab"))
+        .args(&args)
+        .current_dir(tmp.path())
+        .env_remove("XDG_RUNTIME_DIR")
+        .envs(ENV.iter().copied())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report = json(&tmp.path().join("cmp/compare.json"));
+    if report["backends"][0]["available"] != true {
+        assert!(!wgpu_required(), "HEADLAB_REQUIRE_WGPU=1 but: {stderr}");
+        eprintln!("skipped: no wgpu adapter");
+        return;
+    }
+    assert!(!stderr.contains("XDG_RUNTIME_DIR"), "{stderr}");
+}

@@ -69,6 +69,7 @@ fn run(cli: Cli) -> Result<()> {
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> ExitCode {
+    quiet_mesa();
     quiet_panics();
     let cli = Cli::parse();
     if matches!(cli.command, Command::Train(_)) {
@@ -105,6 +106,33 @@ fn message(error: &anyhow::Error) -> String {
     }
     text
 }
+
+/// Mesa's Vulkan drivers (lavapipe among them) print "XDG_RUNTIME_DIR is invalid or not set"
+/// four times when wgpu starts without one, as in a container, a CI job or under sudo. Where
+/// it is unset or not a folder, point it at a private one (mode 0700, as Mesa requires) first.
+#[cfg(unix)]
+#[allow(unsafe_code)]
+fn quiet_mesa() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let set = std::env::var_os("XDG_RUNTIME_DIR");
+    if set.is_some_and(|dir| std::path::Path::new(&dir).is_dir()) {
+        return;
+    }
+    let Ok(uid) = std::fs::metadata("/proc/self").map(|m| m.uid()) else {
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("headlab-runtime-{uid}"));
+    let private = std::fs::Permissions::from_mode(0o700);
+    if std::fs::create_dir_all(&dir).is_err() || std::fs::set_permissions(&dir, private).is_err() {
+        return;
+    }
+    // SAFETY: the first call in `main`, before any other thread exists, so nothing reads the
+    // environment while it changes.
+    unsafe { std::env::set_var("XDG_RUNTIME_DIR", &dir) };
+}
+
+#[cfg(not(unix))]
+fn quiet_mesa() {}
 
 /// A panic is a bug in headlab, never the user's input (that gets an `error:` message): say
 /// so in one line, without Rust's backtrace note, unless RUST_BACKTRACE asks for the details.
