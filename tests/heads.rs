@@ -356,6 +356,10 @@ fn a_short_lab_induction_run_forms_an_induction_head() {
     );
     let summary = std::fs::read_to_string(dir.path().join("lab/summary.md")).unwrap();
     assert!(summary.contains("The circuit formed"), "{summary}");
+    // Its "Reproduce" line repeats the overrides, not the 2000-step default.
+    let reproduce = "Reproduce: `headlab lab induction --out lab --set train.max_iters=600 --set \
+                     train.eval_interval=300`";
+    assert!(summary.contains(reproduce), "{summary}");
     for f in ["heads.png", "attention.png", "heads.html"] {
         assert!(dir.path().join("lab").join(f).is_file(), "{f} missing");
     }

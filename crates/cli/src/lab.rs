@@ -100,6 +100,7 @@ pub fn run(args: LabArgs) -> Result<()> {
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
     }
     let sets = args.sets()?;
+    let reproduce = command_line();
     let summary = match args.name {
         LabName::Induction => {
             let config = config(INDUCTION_CONFIG, "configs/lab-induction.toml", &sets)?;
@@ -109,7 +110,7 @@ pub fn run(args: LabArgs) -> Result<()> {
                 std::fs::copy(out.join("run").join(png), out.join(png))
                     .with_context(|| format!("copying {png}"))?;
             }
-            induction_summary(&lab)
+            induction_summary(&lab, &reproduce)
         }
         LabName::Heads => {
             let base = config(HEADS_CONFIG, "configs/lab-heads.toml", &sets)?;
@@ -118,13 +119,13 @@ pub fn run(args: LabArgs) -> Result<()> {
             let lab = lab::heads(base, seeds, &counts, &out, &observers)?;
             std::fs::write(out.join("val_loss.csv"), heads_csv(&lab))
                 .context("writing val_loss.csv")?;
-            heads_summary(&lab)
+            heads_summary(&lab, &reproduce)
         }
         LabName::Ambiguity => {
             let config = config(AMBIGUITY_CONFIG, "configs/lab-ambiguity.toml", &sets)?;
             let lab = lab::ambiguity(config, &out, &observers)?;
             write_head_report(&out, "headlab lab ambiguity", &lab.report)?;
-            ambiguity_summary(&lab)
+            ambiguity_summary(&lab, &reproduce)
         }
     };
     std::fs::write(out.join("summary.md"), &summary).context("writing summary.md")?;
@@ -138,4 +139,23 @@ fn config(base: &str, name: &str, sets: &[String]) -> Result<RunConfig> {
     config.apply_sets(sets)?;
     config.validate()?;
     Ok(config)
+}
+
+/// The command as typed, for the summary's "Reproduce" line: `headlab` and its arguments, each
+/// quoted for a POSIX shell where it needs to be.
+fn command_line() -> String {
+    let quote = |a: String| {
+        let plain = a
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_./=,:+@%".contains(c));
+        if plain && !a.is_empty() {
+            a
+        } else {
+            format!("'{}'", a.replace('\'', r"'\''"))
+        }
+    };
+    std::iter::once("headlab".to_string())
+        .chain(std::env::args().skip(1).map(quote))
+        .collect::<Vec<_>>()
+        .join(" ")
 }

@@ -7,7 +7,7 @@ use headlab_heads::lab::{AmbiguityLab, HeadsLab, InductionLab};
 use crate::heads::to_table;
 
 /// `lab induction`'s summary.
-pub fn induction_summary(lab: &InductionLab) -> String {
+pub fn induction_summary(lab: &InductionLab, reproduce: &str) -> String {
     let (cfg, c) = (&lab.config, &lab.circuit);
     let mut s = String::from("# lab induction\n\n");
     let _ = writeln!(
@@ -53,12 +53,12 @@ pub fn induction_summary(lab: &InductionLab) -> String {
         "Head table (`heads.csv`, explorer: `heads.html`):\n\n```\n{}```",
         to_table(&lab.report.rows)
     );
-    s += "\nReproduce: `headlab lab induction`\n";
+    s += &format!("\nReproduce: `{reproduce}`\n");
     s
 }
 
 /// `lab heads`'s summary: one row per head count, val loss over the seeds.
-pub fn heads_summary(lab: &HeadsLab) -> String {
+pub fn heads_summary(lab: &HeadsLab, reproduce: &str) -> String {
     let m = &lab.base.model;
     let mut s = String::from("# lab heads\n\n");
     let _ = writeln!(
@@ -86,7 +86,10 @@ pub fn heads_summary(lab: &HeadsLab) -> String {
             labels.join(", ")
         );
     }
-    s += "\nReproduce: `headlab lab heads` (per-run directories `h<heads>-s<seed>/` hold curves and checkpoints).\n";
+    s += &format!(
+        "\nReproduce: `{reproduce}` (per-run directories `h<heads>-s<seed>/` hold curves and \
+         checkpoints).\n"
+    );
     s
 }
 
@@ -102,7 +105,7 @@ pub fn heads_csv(lab: &HeadsLab) -> String {
 }
 
 /// `lab ambiguity`'s summary.
-pub fn ambiguity_summary(lab: &AmbiguityLab) -> String {
+pub fn ambiguity_summary(lab: &AmbiguityLab, reproduce: &str) -> String {
     let (layers, heads) = (lab.config.model.n_layers, lab.config.model.n_heads);
     let mut s = String::from("# lab ambiguity\n\n");
     let _ = writeln!(
@@ -126,7 +129,9 @@ pub fn ambiguity_summary(lab: &AmbiguityLab) -> String {
         }
     }
     s += "\nBoth readings fit every such sentence; the table shows which side each head reads from when the model is at \"with\".\n\n";
-    s += "![attention on an example sentence](attention.png)\n\nReproduce: `headlab lab ambiguity`\n";
+    s += &format!(
+        "![attention on an example sentence](attention.png)\n\nReproduce: `{reproduce}`\n"
+    );
     s
 }
 
