@@ -65,50 +65,45 @@ impl Probe {
         text: Option<Vec<u32>>,
         seed: u64,
     ) -> Result<Self, DataError> {
-        let mut rng = StdRng::seed_from_u64(mix_seed(seed, 0, 0x4845_4144));
+        let mut rng = probe_rng(seed);
         let (text, text_shape) = match text {
-            Some(ids) => {
-                let ids: Vec<u32> = ids[..ids.len().min(block_size)].to_vec();
-                let n = ids.len();
-                (ids, (1, n))
-            }
+            Some(ids) => cropped(ids, block_size),
             None => {
                 let (x, _) = data.sample_batch(Split::Val, 8, block_size, &mut rng)?;
                 (x, (8, block_size))
             }
         };
-        // Runs of 16 (fewer in short contexts): the scale of the induction corpus's runs.
-        let period = ((block_size - 1) / 2).min(16);
-        let n_repeated = 8;
-        let repeated = repeated_sequences(&mut rng, n_repeated, period, vocab_size);
-        let batch = 8;
-        let held_out = (0..4)
-            .map(|_| data.sample_batch(Split::Val, batch, block_size, &mut rng))
+        let mut probe = Self::without_data(text, text_shape, block_size, vocab_size, &mut rng);
+        probe.held_out = (0..4)
+            .map(|_| data.sample_batch(Split::Val, probe.batch, block_size, &mut rng))
             .collect::<Result<_, _>>()?;
-        Ok(Self {
-            text,
-            text_shape,
-            repeated,
-            n_repeated,
-            period,
-            held_out,
-            batch,
-        })
+        Ok(probe)
     }
 
     /// Probes without a dataset: the given text (cropped to `block_size`) and repeated random
     /// sequences, no held-out batches, so [`analyze`] leaves ablation and importance NaN. For
     /// `headlab heads --text` on a run whose data is not at hand.
     pub fn from_text(block_size: usize, vocab_size: usize, text: Vec<u32>, seed: u64) -> Self {
-        let mut rng = StdRng::seed_from_u64(mix_seed(seed, 0, 0x4845_4144));
-        let ids: Vec<u32> = text[..text.len().min(block_size)].to_vec();
-        let n = ids.len();
+        let (text, text_shape) = cropped(text, block_size);
+        let mut rng = probe_rng(seed);
+        Self::without_data(text, text_shape, block_size, vocab_size, &mut rng)
+    }
+
+    /// The text windows given, the repeated sequences drawn from `rng`, no held-out batches.
+    fn without_data(
+        text: Vec<u32>,
+        text_shape: (usize, usize),
+        block_size: usize,
+        vocab_size: usize,
+        rng: &mut StdRng,
+    ) -> Self {
+        // Runs of 16 (fewer in short contexts): the scale of the induction corpus's runs.
         let period = ((block_size - 1) / 2).min(16);
         let n_repeated = 8;
         Self {
-            text: ids,
-            text_shape: (1, n),
-            repeated: repeated_sequences(&mut rng, n_repeated, period, vocab_size),
+            text,
+            text_shape,
+            repeated: repeated_sequences(rng, n_repeated, period, vocab_size),
             n_repeated,
             period,
             held_out: Vec::new(),
@@ -120,6 +115,18 @@ impl Probe {
     pub fn repeated_len(&self) -> usize {
         1 + 2 * self.period
     }
+}
+
+/// The probes' random stream for a run's seed.
+fn probe_rng(seed: u64) -> StdRng {
+    StdRng::seed_from_u64(mix_seed(seed, 0, 0x4845_4144))
+}
+
+/// One text window: `ids` cut to `block_size`, with its shape.
+fn cropped(ids: Vec<u32>, block_size: usize) -> (Vec<u32>, (usize, usize)) {
+    let ids = ids[..ids.len().min(block_size)].to_vec();
+    let n = ids.len();
+    (ids, (1, n))
 }
 
 /// `rows` sequences of a random token then a random half of `period` tokens twice,
@@ -279,21 +286,24 @@ fn held_out_loss(model: &Gpt, probe: &Probe, options: &ForwardOptions, device: &
 /// held-out batches ([`Probe::from_text`]) the last three are NaN.
 pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
     let (patterns, _) = pattern_scores(model, probe, device);
+    let t = model.config.block_size;
+    let label_of = |p: &PatternScores| {
+        label(
+            p.induction,
+            p.previous_token,
+            p.first_token,
+            p.mean_distance,
+            t,
+        )
+    };
     if probe.held_out.is_empty() {
-        let t = model.config.block_size;
         return patterns
             .into_iter()
             .map(|p| HeadRow {
                 ablation_zero: f64::NAN,
                 ablation_mean: f64::NAN,
                 grad_importance: f64::NAN,
-                label: label(
-                    p.induction,
-                    p.previous_token,
-                    p.first_token,
-                    p.mean_distance,
-                    t,
-                ),
+                label: label_of(&p),
                 scores: p,
             })
             .collect();
@@ -303,7 +313,6 @@ pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
         model.config.n_heads,
         model.config.d_k(),
     );
-    let t = model.config.block_size;
     let base = held_out_loss(model, probe, &ForwardOptions::default(), device);
 
     // Mean output of every head over the held-out tokens: [n_layers, n_heads, d_k].
@@ -355,13 +364,7 @@ pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
                 ablation_zero: held_out_loss(model, probe, &zero, device) - base,
                 ablation_mean: held_out_loss(model, probe, &mean, device) - base,
                 grad_importance: importance[layer * n_heads + head],
-                label: label(
-                    p.induction,
-                    p.previous_token,
-                    p.first_token,
-                    p.mean_distance,
-                    t,
-                ),
+                label: label_of(&p),
                 scores: p,
             }
         })

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use headlab_train::compare::{CompareReport, UNIT_ROUNDOFF};
+use headlab_train::compare::{CompareReport, UNIT_ROUNDOFF, worst_ratio};
 
 use crate::ReportError;
 use crate::plot::{Series, line_chart};
@@ -125,7 +125,7 @@ pub fn compare_markdown(report: &CompareReport) -> String {
             ));
             continue;
         }
-        let worst = b.checks.iter().map(|c| c.ratio()).fold(0.0f64, f64::max);
+        let worst = worst_ratio(&b.checks);
         let step_ms = b.forward_ms + b.backward_ms + b.optimizer_ms;
         s.push_str(&format!(
             "| {} | {} | {:.2} | {:.2e} ({}) | {:.1} | {:.1} | {:.1} | {:.1} | {:.0} | {:.0} | {} | {} |\n",

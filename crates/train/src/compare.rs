@@ -40,7 +40,7 @@ use crate::optim::AdamW;
 use crate::rss;
 use crate::schedule::lr_at;
 use crate::step::{gradients, step_batches, update};
-pub use crate::truth::{BEST_RATIO, Check, SAFETY, UNIT_ROUNDOFF};
+pub use crate::truth::{BEST_RATIO, Check, SAFETY, UNIT_ROUNDOFF, worst_ratio};
 use crate::truth::{Probe, TRUTH_STEPS, checks, f64_truth, forward_values, gradient_values};
 
 /// Why a comparison could not run.
@@ -448,9 +448,8 @@ pub fn compare_on(
                 .map(|run| checks(&run.probe, &truth, &gpt, tokens))
         })
         .collect();
-    let worst = |c: &Vec<Check>| c.iter().map(Check::ratio).fold(0.0f64, f64::max);
     let ratios: Vec<(usize, f64)> = (0..runs.len())
-        .filter_map(|i| checked[i].as_ref().map(|c| (i, worst(c))))
+        .filter_map(|i| checked[i].as_ref().map(|c| (i, worst_ratio(c))))
         .collect();
     let first_within = ratios.iter().find(|(_, w)| *w <= 1.0);
     let nearest = ratios.iter().min_by(|a, b| a.1.total_cmp(&b.1));

@@ -94,6 +94,11 @@ impl Check {
     }
 }
 
+/// The largest `error / bound` of `checks` (0 for none; infinite with a NaN error).
+pub fn worst_ratio(checks: &[Check]) -> f64 {
+    checks.iter().map(Check::ratio).fold(0.0, f64::max)
+}
+
 /// The lengths of the reductions a value passes through, summed, at each point of the model.
 #[derive(Debug, Clone)]
 pub struct Chain {
