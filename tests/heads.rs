@@ -1,28 +1,7 @@
 //! End-to-end tests of `headlab heads` and `headlab lab`: the head table, the pictures, and
 //! the HTML explorer rendered in headless Chromium.
 
-use std::process::Command;
-
-use crate::common::{headlab, ok};
-
-/// Chromium, or `None` with a "skipped" line unless `HEADLAB_REQUIRE_CHROMIUM=1` (CI sets it).
-fn chromium() -> Option<String> {
-    for name in ["chromium", "chromium-browser", "google-chrome"] {
-        let found = Command::new("which")
-            .arg(name)
-            .output()
-            .ok()
-            .filter(|o| o.status.success());
-        if let Some(o) = found {
-            return Some(String::from_utf8_lossy(&o.stdout).trim().to_string());
-        }
-    }
-    if std::env::var("HEADLAB_REQUIRE_CHROMIUM").as_deref() == Ok("1") {
-        panic!("HEADLAB_REQUIRE_CHROMIUM=1 but no chromium: apt-get install chromium");
-    }
-    eprintln!("skipped: no chromium (apt-get install chromium) to render heads.html");
-    None
-}
+use crate::common::{chromium, headlab, ok, render};
 
 #[test]
 fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
@@ -89,27 +68,7 @@ fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
 
     let Some(browser) = chromium() else { return };
     let page = out.join("heads.html");
-    let dom = Command::new(browser)
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--virtual-time-budget=5000",
-            "--dump-dom",
-        ])
-        .arg(format!(
-            "--user-data-dir={}",
-            dir.path().join("chrome").display()
-        ))
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("chromium runs");
-    let dom = String::from_utf8_lossy(&dom.stdout);
+    let (dom, _) = render(&browser, &page, &dir.path().join("chrome"));
     assert!(
         dom.contains("data-ready=\"1\""),
         "the page script did not finish:\n{dom}"

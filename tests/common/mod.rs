@@ -1,7 +1,9 @@
 //! Helpers shared by the end-to-end tests: run the `headlab` binary and check it succeeded.
 
+use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 /// Runs `headlab args` in `cwd` (which also serves as `XDG_RUNTIME_DIR`, quieting wgpu).
 #[allow(dead_code)] // Each test crate uses its own subset.
@@ -10,13 +12,54 @@ pub fn headlab(args: &[&str], cwd: &Path) -> Output {
 }
 
 /// [`headlab`] with extra environment variables.
+#[allow(dead_code)]
 pub fn headlab_env(args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Output {
+    headlab_within(args, cwd, env, Duration::from_secs(20 * 60))
+}
+
+/// [`headlab_env`] that fails the test when the command runs longer than `limit`, killing it,
+/// so a hang is a failure with the output so far rather than a CI job that never ends.
+#[allow(dead_code)]
+pub fn headlab_within(args: &[&str], cwd: &Path, env: &[(&str, &str)], limit: Duration) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_headlab"));
     cmd.args(args).current_dir(cwd).env("XDG_RUNTIME_DIR", cwd);
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().expect("headlab runs")
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("headlab runs");
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let start = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for headlab") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let err = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
+            panic!("headlab {args:?} still ran after {limit:?} (hung?); killed. stderr:\n{err}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
+    }
 }
 
 /// Asserts success and returns stdout.
@@ -28,4 +71,53 @@ pub fn ok(out: &Output) -> String {
         out.status
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Chromium, or `None` with a "skipped" line unless `HEADLAB_REQUIRE_CHROMIUM=1` (CI sets it).
+#[allow(dead_code)]
+pub fn chromium() -> Option<String> {
+    for name in ["chromium", "chromium-browser", "google-chrome"] {
+        let found = Command::new("which")
+            .arg(name)
+            .output()
+            .ok()
+            .filter(|o| o.status.success());
+        if let Some(o) = found {
+            return Some(String::from_utf8_lossy(&o.stdout).trim().to_string());
+        }
+    }
+    if std::env::var("HEADLAB_REQUIRE_CHROMIUM").as_deref() == Ok("1") {
+        panic!("HEADLAB_REQUIRE_CHROMIUM=1 but no chromium: apt-get install chromium");
+    }
+    eprintln!("skipped: no chromium (apt-get install chromium) to render the page");
+    None
+}
+
+/// `page` rendered by headless Chromium (a fresh profile in `profile`, no network): the DOM
+/// once its scripts ran, and what the browser logged (its console among it).
+#[allow(dead_code)]
+pub fn render(browser: &str, page: &Path, profile: &Path) -> (String, String) {
+    let out = Command::new(browser)
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--virtual-time-budget=5000",
+            "--enable-logging=stderr",
+            "--v=0",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium runs");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }

@@ -2,11 +2,20 @@
 //! some adapters lack what training needs (atomic float adds, used by the gradient of an
 //! embedding lookup), so every candidate is tried on a small forward and backward first.
 
+use burn::tensor::wgpu::WgpuBackend;
 use burn::tensor::{Device, DeviceKind, Int, Tensor, TensorData};
 
+/// The graphics APIs tried, best first. Never OpenGL, which `Device::wgpu` falls back to when
+/// Vulkan is missing: it has no float atomics, and on Mesa (llvmpipe over EGL) cubecl's first
+/// kernel hung there instead of failing.
+#[cfg(target_os = "macos")]
+const APIS: [WgpuBackend; 1] = [WgpuBackend::Metal];
+#[cfg(not(target_os = "macos"))]
+const APIS: [WgpuBackend; 2] = [WgpuBackend::Vulkan, WgpuBackend::Dx12];
+
 /// A wgpu device whose adapter runs what headlab runs: the default adapter (a GPU where there
-/// is one), else a CPU adapter such as Mesa's lavapipe. Otherwise why not, in cubecl's words.
-/// The probe runs once per process.
+/// is one), else a CPU adapter such as Mesa's lavapipe, on the first of [`APIS`] that has one.
+/// Otherwise why not, in wgpu's or cubecl's words. The probe runs once per process.
 pub fn wgpu_device() -> Result<Device, String> {
     static PROBED: std::sync::OnceLock<Result<Device, String>> = std::sync::OnceLock::new();
     PROBED.get_or_init(probe_wgpu).clone()
@@ -21,15 +30,27 @@ fn probe_wgpu() -> Result<Device, String> {
             m.push(info.to_string());
         }
     }));
-    let probe = |kind: DeviceKind| {
-        std::panic::catch_unwind(|| {
-            let device = Device::wgpu(kind);
-            works(&device).then_some(device)
-        })
-        .ok()
-        .flatten()
+    let mut refused = Vec::new();
+    let mut probe = |api: WgpuBackend, kind: DeviceKind| {
+        let init = std::panic::catch_unwind(|| {
+            Device::wgpu_options()
+                .device_kind(kind)
+                .graphics_api(api)
+                .init()
+                .map(|device| works(&device).then_some(device))
+        });
+        match init {
+            Ok(Ok(device)) => device,
+            Ok(Err(e)) => {
+                refused.push(format!("{api:?}: {e}"));
+                None
+            }
+            Err(_) => None,
+        }
     };
-    let found = probe(DeviceKind::DefaultDevice).or_else(|| probe(DeviceKind::Cpu));
+    let found = APIS.iter().find_map(|&api| {
+        probe(api, DeviceKind::DefaultDevice).or_else(|| probe(api, DeviceKind::Cpu))
+    });
     std::panic::set_hook(previous);
     found.ok_or_else(|| {
         // The panic that says why (cubecl's device thread), not the channel errors that
@@ -52,6 +73,7 @@ fn probe_wgpu() -> Result<Device, String> {
             .find(|m| !m.contains("RecvError") && !m.contains("SendError"))
             .or(reasons.first())
             .cloned()
+            .or_else(|| refused.first().cloned())
             .unwrap_or_else(|| {
                 "no adapter computed a sum and a scatter-add's gradient right (a driver without \
                  float atomics?)"

@@ -405,9 +405,13 @@ pub fn compare_on(
     model.save_weights(&init)?;
     let params = gpt.param_count(true);
 
-    eprintln!("compare: the f64 ground truth (the first {TRUTH_STEPS} steps)");
+    let truth_steps = steps.min(TRUTH_STEPS);
+    match truth_steps {
+        1 => eprintln!("compare: the f64 ground truth (step 0)"),
+        n => eprintln!("compare: the f64 ground truth (the first {n} steps)"),
+    }
     let start = Instant::now();
-    let truth = f64_truth(&config, &gpt, &data, &init).map_err(CompareError::Truth)?;
+    let truth = f64_truth(&config, &gpt, &data, &init, truth_steps).map_err(CompareError::Truth)?;
     let truth_seconds = start.elapsed().as_secs_f64();
     let tokens = config.train.batch_size * gpt.block_size * config.train.grad_accum;
 

@@ -6,6 +6,8 @@
 //!   tokenizer.json   the vocabulary the checkpoints were trained with
 //!   metrics.csv      step,split,loss,lr,tokens_per_s,elapsed_s,...
 //!   loss.png         train and val curves
+//!   sample.txt       the final model's sample
+//!   report.html      the run's page: losses, head scores and maps through training, a sample
 //!   last/            newest checkpoint: model.bpk, optim.safetensors, state.json, manifest.json
 //!   best/            checkpoint with the lowest val loss so far
 //! ```
@@ -19,7 +21,8 @@
 //!   of one (a crash between the two renames leaves the old one as `.NAME.old`, which loading
 //!   falls back to);
 //! - `manifest.json` records the size and SHA-256 of every checkpoint file and the model
-//!   config it was saved from; loading verifies both and names the file or key that differs.
+//!   config it was saved from (loading verifies both and names the file or key that differs),
+//!   and the backend and adapter the weights were trained on.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -66,6 +69,20 @@ pub struct Manifest {
     pub model: serde_json::Value,
     /// Size and SHA-256 of each file, by name.
     pub files: BTreeMap<String, FileDigest>,
+    /// Where the weights were trained (absent in checkpoints made before it was recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trained_on: Option<TrainedOn>,
+}
+
+/// The backend and adapter a checkpoint was trained on: a resumed run may change backends,
+/// so each checkpoint records its own.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrainedOn {
+    /// The backend's name (`flex`, `wgpu`, ...).
+    pub backend: String,
+    /// The adapter, where the backend names one (wgpu: `llvmpipe (LLVM 15.0.7, 256 bits)`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
 }
 
 /// A trained model with what it was trained with (the CLI opens runs into this).
@@ -286,6 +303,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
     Ok(())
 }
 
+/// The text the final model generated at the end of `headlab train`.
+pub const SAMPLE_FILE: &str = "sample.txt";
+
 /// What a run records of its training text, to notice when it changes: `data.json`.
 pub const DATA_FILE: &str = "data.json";
 
@@ -483,6 +503,7 @@ impl RunDir {
         model: &Gpt,
         optim: &AdamW,
         state: &TrainState,
+        trained_on: &TrainedOn,
     ) -> Result<(), RunError> {
         let tmp = self.root.join(format!(".{name}.tmp"));
         if tmp.exists() {
@@ -505,6 +526,7 @@ impl RunDir {
             step: state.step,
             model: serde_json::to_value(&model.config).expect("model config serialises"),
             files,
+            trained_on: Some(trained_on.clone()),
         };
         let manifest_path = tmp.join(MANIFEST);
         let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");

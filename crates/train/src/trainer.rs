@@ -23,7 +23,7 @@ use crate::config::{ConfigError, RunConfig, TrainConfig, ValidationError};
 use crate::eval::estimate_loss;
 use crate::metrics::{Metric, Metrics};
 use crate::optim::{AdamW, AdamWConfig};
-use crate::run::{RunDir, RunError, TrainState};
+use crate::run::{RunDir, RunError, TrainState, TrainedOn};
 use crate::schedule::lr_at;
 use crate::step::{gradients, update};
 
@@ -285,7 +285,12 @@ fn train_resolved(
         observer.start(&start).map_err(observer_error)?;
     }
     announce(&model, &run, backend, &device, &dataset, resuming);
+    let trained_on = TrainedOn {
+        backend: backend.to_string(),
+        adapter: device.identity().map(|i| i.name),
+    };
     let mut lp = Loop {
+        trained_on,
         eval_device: device.clone().inner(),
         device,
         bar: progress_bar(tc.max_iters, state.step),
@@ -333,6 +338,9 @@ fn train_resolved(
         tc.seed,
         options.print_sample,
     );
+    let sample_path = run.root.join(crate::run::SAMPLE_FILE);
+    std::fs::write(&sample_path, &sample)
+        .map_err(|e| TrainError::Output(format!("cannot write {}: {e}", sample_path.display())))?;
     Ok(TrainSummary {
         run: run.root.clone(),
         train_loss: lp.last_losses.0,
@@ -477,6 +485,8 @@ struct Loop<'a> {
     eval_device: Device,
     optim: AdamW,
     state: TrainState,
+    /// Recorded in every checkpoint's manifest.
+    trained_on: TrainedOn,
     metrics: Metrics,
     observers: &'a mut [Box<dyn Observer>],
     bar: ProgressBar,
@@ -536,10 +546,10 @@ impl Loop<'_> {
         if improved {
             self.state.best_val_loss = Some(va);
             self.run
-                .save_checkpoint("best", model, &self.optim, &self.state)?;
+                .save_checkpoint("best", model, &self.optim, &self.state, &self.trained_on)?;
         }
         self.run
-            .save_checkpoint("last", model, &self.optim, &self.state)?;
+            .save_checkpoint("last", model, &self.optim, &self.state, &self.trained_on)?;
         for observer in self.observers.iter_mut() {
             observer.evaluated(self.run, it).map_err(observer_error)?;
         }
@@ -555,7 +565,7 @@ impl Loop<'_> {
             self.state.step = it;
             self.state.elapsed_s = self.started.elapsed().as_secs_f64();
             self.run
-                .save_checkpoint("last", model, &self.optim, &self.state)?;
+                .save_checkpoint("last", model, &self.optim, &self.state, &self.trained_on)?;
         }
         self.bar.abandon();
         Err(TrainError::Interrupted {

@@ -342,13 +342,14 @@ pub fn gradient_values(model: &Gpt, grads: &GradientsParams) -> Vec<(String, Vec
 pub const TRUTH_STEPS: usize = 3;
 
 /// The truth: the model of `init` in f64 on flex (Burn's ops: headlab's kernels run on f32
-/// only), its step 0 as `headlab train` takes it, and the losses of the [`TRUTH_STEPS`] first
-/// steps.
+/// only), its step 0 as `headlab train` takes it, and the losses of its first `steps` steps
+/// (at most [`TRUTH_STEPS`]).
 pub fn f64_truth(
     config: &RunConfig,
     gpt: &GptConfig,
     data: &Dataset,
     init: &Path,
+    steps: usize,
 ) -> Result<Probe, String> {
     let tc = &config.train;
     let device = Device::flex().autodiff();
@@ -362,7 +363,7 @@ pub fn f64_truth(
     let grads = gradient_values(&model, &step0.grads);
     let mut optim = AdamW::new(crate::trainer::adamw_config(tc));
     let (mut model, mut step, mut losses) = (model, step0, Vec::new());
-    for it in 1..TRUTH_STEPS {
+    for it in 1..steps.min(TRUTH_STEPS) {
         losses.push(step.loss);
         let lr = lr_at(it - 1, tc.lr, tc.min_lr, tc.warmup_iters, tc.decay_iters());
         model = update(model, &mut optim, &step, lr, tc.grad_clip);
