@@ -11,3 +11,4 @@ mod crash;
 mod errors;
 mod heads;
 mod props;
+mod report;

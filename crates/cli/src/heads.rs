@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use headlab_data::{Split, read_text};
-use headlab_heads::{Probe, head_report};
+use headlab_heads::{HeadReport, Probe, head_report};
 use headlab_report::{to_table, write_head_report};
 use headlab_train::trainer::load_dataset;
 
@@ -36,6 +36,17 @@ pub struct HeadsArgs {
 
 /// Runs `headlab heads`.
 pub fn run(args: HeadsArgs) -> Result<()> {
+    let (out, report) = write(&args)?;
+    print!("{}", to_table(&report.rows));
+    eprintln!(
+        "wrote {0}/heads.csv, heads.json, attention.png and heads.html (open it in a browser)",
+        out.display()
+    );
+    Ok(())
+}
+
+/// The head table of the run `args` name: where it was written, and what it holds.
+pub fn write(args: &HeadsArgs) -> Result<(PathBuf, HeadReport)> {
     let (run, trained, device) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
     let (config, tokenizer, model) = (trained.config, trained.tokenizer, trained.model);
     let text = match (&args.text, &args.file) {
@@ -107,10 +118,5 @@ pub fn run(args: HeadsArgs) -> Result<()> {
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let report = head_report(&model, &tokenizer, &probe, &map_ids, &device);
     write_head_report(&out, &title, &report)?;
-    print!("{}", to_table(&report.rows));
-    eprintln!(
-        "wrote {0}/heads.csv, heads.json, attention.png and heads.html (open it in a browser)",
-        out.display()
-    );
-    Ok(())
+    Ok((out, report))
 }

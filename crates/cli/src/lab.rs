@@ -12,9 +12,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
+use headlab_heads::HeadReport;
 use headlab_heads::lab;
 use headlab_report::labs::{ambiguity_summary, heads_csv, heads_summary, induction_summary};
-use headlab_report::write_head_report;
+use headlab_report::{REPORT_FILE, report_run, write_head_report};
 use headlab_train::backend::Backend;
 use headlab_train::config::RunConfig;
 
@@ -106,9 +107,10 @@ pub fn run(args: LabArgs) -> Result<()> {
             let config = config(INDUCTION_CONFIG, "configs/lab-induction.toml", &sets)?;
             let lab = lab::induction(config, &out, &observers)?;
             write_head_report(&out, "headlab lab induction", &lab.report)?;
-            for png in ["heads.png", "loss.png"] {
-                std::fs::copy(out.join("run").join(png), out.join(png))
-                    .with_context(|| format!("copying {png}"))?;
+            run_page(&out, &lab.report)?;
+            for file in ["heads.png", "loss.png", REPORT_FILE] {
+                std::fs::copy(out.join("run").join(file), out.join(file))
+                    .with_context(|| format!("copying {file}"))?;
             }
             induction_summary(&lab, &reproduce)
         }
@@ -117,6 +119,12 @@ pub fn run(args: LabArgs) -> Result<()> {
             let seeds = args.seeds.clone().unwrap_or_else(|| vec![1, 2, 3]);
             let counts = args.heads.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
             let lab = lab::heads(base, seeds, &counts, &out, &observers)?;
+            for c in &lab.counts {
+                for seed in &lab.seeds {
+                    let run = out.join(format!("h{}-s{seed}", c.n_heads));
+                    report_run(&run)?;
+                }
+            }
             std::fs::write(out.join("val_loss.csv"), heads_csv(&lab))
                 .context("writing val_loss.csv")?;
             heads_summary(&lab, &reproduce)
@@ -125,12 +133,23 @@ pub fn run(args: LabArgs) -> Result<()> {
             let config = config(AMBIGUITY_CONFIG, "configs/lab-ambiguity.toml", &sets)?;
             let lab = lab::ambiguity(config, &out, &observers)?;
             write_head_report(&out, "headlab lab ambiguity", &lab.report)?;
+            run_page(&out, &lab.report)?;
+            std::fs::copy(out.join("run").join(REPORT_FILE), out.join(REPORT_FILE))
+                .with_context(|| format!("copying {REPORT_FILE}"))?;
             ambiguity_summary(&lab, &reproduce)
         }
     };
     std::fs::write(out.join("summary.md"), &summary).context("writing summary.md")?;
     println!("{summary}");
     eprintln!("wrote {}", out.join("summary.md").display());
+    Ok(())
+}
+
+/// The page of a lab's run (`OUT/run/report.html`), with the lab's head table as the run's.
+fn run_page(out: &Path, table: &HeadReport) -> Result<()> {
+    let run = out.join("run");
+    write_head_report(&run.join("heads"), "headlab lab run", table)?;
+    report_run(&run)?;
     Ok(())
 }
 

@@ -17,6 +17,7 @@ mod compare;
 mod eval;
 mod heads;
 mod lab;
+mod report;
 mod sample;
 mod train;
 
@@ -42,6 +43,10 @@ enum Command {
     Eval(eval::EvalArgs),
     /// What each attention head does: scores, labels, ablations, maps and an HTML explorer.
     Heads(heads::HeadsArgs),
+    /// A run's page, report.html: losses, every head's scores and attention map through
+    /// training on a step slider, the head table and a sample. `train` writes it at the end;
+    /// this redraws it, e.g. for a run that was stopped.
+    Report(report::ReportArgs),
     /// Rerunnable experiments on head specialisation: induction, heads, ambiguity.
     Lab(lab::LabArgs),
     /// The same model, seed and batches on several backends, each against an f64 ground truth
@@ -58,6 +63,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Sample(args) => sample::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Heads(args) => heads::run(args),
+        Command::Report(args) => report::run(args),
         Command::Lab(args) => lab::run(args),
         Command::Compare(args) => compare::run(args),
     }

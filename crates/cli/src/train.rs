@@ -8,7 +8,10 @@ use headlab_train::backend::Backend;
 use headlab_train::config::RunConfig;
 use headlab_train::trainer::{TrainOptions, train};
 
-use crate::common::{fresh_run_dir, load_config, observers};
+use headlab_report::report_run;
+
+use crate::common::{Checkpoint, fresh_run_dir, load_config, observers};
+use crate::heads::HeadsArgs;
 
 /// `headlab train`.
 #[derive(Debug, Args)]
@@ -90,12 +93,25 @@ pub fn run(args: TrainArgs) -> Result<()> {
     };
     let summary = train(options, &mut observers())?;
     eprintln!(
-        "done: train loss {:.4}, val loss {:.4}; run saved in {} (see loss.png, metrics.csv; \
-         `headlab sample {}` for more text)",
+        "done: train loss {:.4}, val loss {:.4}; run saved in {} (`headlab sample {}` for more \
+         text)",
         summary.train_loss,
         summary.val_loss,
         summary.run.display(),
         summary.run.display()
     );
+    // The final model's head table, then the page that shows it with the rest of the run.
+    let heads = HeadsArgs {
+        run: summary.run.clone(),
+        text: None,
+        file: None,
+        out: None,
+        backend: None,
+        checkpoint: Checkpoint::Last,
+    };
+    if let Err(e) = crate::heads::write(&heads) {
+        eprintln!("note: the head table was not made: {e:#}");
+    }
+    crate::report::tell(&report_run(&summary.run)?);
     Ok(())
 }

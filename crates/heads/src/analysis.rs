@@ -204,6 +204,16 @@ pub struct PatternScores {
 }
 
 impl PatternScores {
+    /// The names of [`values`](Self::values), as files and pages call them.
+    pub const NAMES: [&'static str; 6] = [
+        "previous_token",
+        "induction",
+        "duplicate_token",
+        "first_token",
+        "mean_distance",
+        "entropy",
+    ];
+
     /// The six scores in the order the files list them: previous-token, induction,
     /// duplicate-token, first-token, mean distance, entropy.
     pub fn values(&self) -> [f64; 6] {

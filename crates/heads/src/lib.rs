@@ -6,7 +6,8 @@
 //!   and the head table of a checkpoint.
 //! - [`history`]: scores through training (`head_history.csv`) and the induction circuit read from
 //!   them.
-//! - [`tracker`]: a training observer that records that history.
+//! - [`maps`]: attention maps through training (`head_maps.jsonl`).
+//! - [`tracker`]: a training observer that records both.
 //! - [`lab`]: the labs' experiments, returning what they measured.
 //!
 //! Analysis returns data; pictures and pages of it are `headlab-report`'s job, so this crate
@@ -15,10 +16,12 @@
 pub mod analysis;
 pub mod history;
 pub mod lab;
+pub mod maps;
 pub mod scores;
 pub mod tracker;
 
 pub use analysis::{AttentionMaps, HeadReport, HeadRow, PatternScores, Probe, head_report};
 pub use history::{Circuit, HISTORY_HEADER, HeadHistory, find_circuit};
+pub use maps::{MAPS_FILE, MapHistory, MapsHeader};
 pub use scores::HeadLabel;
 pub use tracker::{HISTORY_FILE, HeadTracker, LEGACY_HISTORY_FILE};

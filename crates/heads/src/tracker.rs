@@ -1,15 +1,19 @@
 //! Head tracking as a training observer: with `train.track_heads_every = N`, every N steps
-//! the heads are scored on a fixed probe and the scores appended to the run's `head_history.csv`.
+//! the heads are scored on a fixed probe and the scores appended to the run's
+//! `head_history.csv`, and every head's map on one probe window to `head_maps.jsonl`.
 
+use std::io::Write;
 use std::path::PathBuf;
 
 use burn::module::Module;
 use burn::tensor::Device;
+use headlab_data::Split;
 use headlab_model::Gpt;
 use headlab_train::trainer::{Observer, ObserverError, RunStart};
 
-use crate::analysis::{Probe, pattern_scores};
+use crate::analysis::{Probe, mean_patterns, pattern_scores};
 use crate::history::{HISTORY_HEADER, HeadHistory};
+use crate::maps::{MAPS_FILE, MAX_MAP_TOKENS, MapHistory, MapsHeader, quantize, step_line};
 
 /// File name of the tracked scores in a run directory. (Runs made before it had this name
 /// kept it as `heads.csv`, which is now only the head table's name in `RUN/heads/`.)
@@ -30,6 +34,9 @@ struct Tracking {
     probe: Probe,
     history: HeadHistory,
     csv: PathBuf,
+    /// The window whose maps are kept, and where.
+    map_ids: Vec<u32>,
+    maps: PathBuf,
 }
 
 impl HeadTracker {
@@ -71,10 +78,13 @@ impl Observer for HeadTracker {
             Ok(text) if start.resumed => HeadHistory::parse(&text, start.step),
             _ => HeadHistory::default(),
         };
+        let (map_ids, maps) = start_maps(start)?;
         self.state = Some(Tracking {
             probe,
             history,
             csv,
+            map_ids,
+            maps,
         });
         Ok(())
     }
@@ -106,6 +116,43 @@ impl Observer for HeadTracker {
         text.push_str(&rows);
         std::fs::write(&tracking.csv, text)
             .map_err(|e| format!("{}: {e}", tracking.csv.display()))?;
+
+        let t = tracking.map_ids.len();
+        let weights = mean_patterns(&model.valid(), &tracking.map_ids, 1, t, device);
+        let line = step_line(step, &quantize(&weights));
+        let path = &tracking.maps;
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(path)
+            .and_then(|mut f| f.write_all(line.as_bytes()))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
         Ok(())
     }
+}
+
+/// The probe window of the maps (the start of the val split, at most [`MAX_MAP_TOKENS`]) and
+/// `head_maps.jsonl`, started anew, or for a resumed run cut back to its step. An old run's
+/// file that no longer fits (or cannot be read) is started anew.
+fn start_maps(start: &RunStart<'_>) -> Result<(Vec<u32>, PathBuf), ObserverError> {
+    let val = start.dataset.tokens(Split::Val);
+    let map_ids = val[..val.len().min(start.model.block_size).min(MAX_MAP_TOKENS)].to_vec();
+    let tokenizer = start.dataset.tokenizer();
+    let header = MapsHeader {
+        format: 1,
+        n_layers: start.model.n_layers,
+        n_heads: start.model.n_heads,
+        tokens: map_ids.iter().map(|&id| tokenizer.token_text(id)).collect(),
+    };
+    let path = start.run.root.join(MAPS_FILE);
+    let kept = std::fs::read_to_string(&path)
+        .ok()
+        .filter(|_| start.resumed)
+        .and_then(|text| MapHistory::parse(&text, start.step).ok())
+        .filter(|h| h.header == header);
+    let history = kept.unwrap_or(MapHistory {
+        header,
+        steps: Vec::new(),
+    });
+    std::fs::write(&path, history.to_text()).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((map_ids, path))
 }

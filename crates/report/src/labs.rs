@@ -48,6 +48,8 @@ pub fn induction_summary(lab: &InductionLab, reproduce: &str) -> String {
     };
     let _ = writeln!(s, "\n{verdict}\n");
     s += "![head scores](heads.png)\n\n![attention maps on a repeated sequence](attention.png)\n\n";
+    s += "Watch the circuit form: [report.html](report.html) replays every head's map through \
+          training on a step slider, with the scores and the loss at the same step.\n\n";
     let _ = writeln!(
         s,
         "Head table (`heads.csv`, explorer: `heads.html`):\n\n```\n{}```",
@@ -87,8 +89,8 @@ pub fn heads_summary(lab: &HeadsLab, reproduce: &str) -> String {
         );
     }
     s += &format!(
-        "\nReproduce: `{reproduce}` (per-run directories `h<heads>-s<seed>/` hold curves and \
-         checkpoints).\n"
+        "\nReproduce: `{reproduce}` (per-run directories `h<heads>-s<seed>/` hold curves, \
+         checkpoints and each run's page, `report.html`).\n"
     );
     s
 }
@@ -130,7 +132,8 @@ pub fn ambiguity_summary(lab: &AmbiguityLab, reproduce: &str) -> String {
     }
     s += "\nBoth readings fit every such sentence; the table shows which side each head reads from when the model is at \"with\".\n\n";
     s += &format!(
-        "![attention on an example sentence](attention.png)\n\nReproduce: `{reproduce}`\n"
+        "![attention on an example sentence](attention.png)\n\nThe run's page, with every \
+         head's map through training: [report.html](report.html).\n\nReproduce: `{reproduce}`\n"
     );
     s
 }

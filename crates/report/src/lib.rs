@@ -7,6 +7,7 @@
 //! - [`compare`]: `headlab compare`'s files; [`bench`]: `headlab-bench`'s report.
 //! - [`labs`]: the labs' summaries.
 //! - [`observer`]: the plots of a run, redrawn while it trains.
+//! - [`run_report`]: a run's page (`report.html`), with training time as a slider.
 //!
 //! It draws data that the other crates compute and never computes any itself; only the CLI
 //! depends on it.
@@ -20,12 +21,14 @@ pub mod loss;
 pub mod maps;
 pub mod observer;
 pub mod plot;
+pub mod run_report;
 
 use std::path::{Path, PathBuf};
 
 pub use compare::{compare_markdown, write_compare};
 pub use heads::{to_table, write_head_report};
 pub use observer::RunPlots;
+pub use run_report::{REPORT_FILE, RunReport, report_run, write_run_report};
 
 /// A file that could not be drawn or written.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +39,14 @@ pub enum ReportError {
         /// The picture.
         path: PathBuf,
         /// plotters' message.
+        message: String,
+    },
+    /// A run's file could not be read.
+    #[error("cannot read {}: {message}", path.display())]
+    Read {
+        /// The file or run.
+        path: PathBuf,
+        /// Why.
         message: String,
     },
     /// Writing failed.

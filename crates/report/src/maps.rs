@@ -125,26 +125,35 @@ pub fn html_page(title: &str, maps: &AttentionMaps, rows: &[HeadRow]) -> String 
 }
 
 /// The explorer's HTML, CSS and script (real files in `assets/`, embedded at build time)
-/// around `json`. In the JSON, `<`, `>` and `&` become `\u003c`, `\u003e`, `\u0026`, which
-/// `JSON.parse` reads back: no text from a corpus can close the script, open a comment or
-/// start a tag.
+/// around `json`.
 fn page(title: &str, json: &str) -> String {
     const HTML: &str = include_str!("../assets/explorer.html");
     const CSS: &str = include_str!("../assets/explorer.css");
     const JS: &str = include_str!("../assets/explorer.js");
+    fill(HTML, CSS, JS, title, json)
+}
+
+/// A page template filled: its `__HEADLAB_CSS__`, `__HEADLAB_TITLE__` (escaped),
+/// `__HEADLAB_JS__`, and `json` at `__HEADLAB_DATA__`. In the JSON, `<`, `>` and `&` become
+/// `\u003c`, `\u003e`, `\u0026` (and the line separators U+2028, U+2029 their escapes), which
+/// `JSON.parse` reads back: no text from a corpus can close the script, open a comment or
+/// start a tag.
+pub(crate) fn fill(html: &str, css: &str, js: &str, title: &str, json: &str) -> String {
     let json = json
         .replace('<', "\\u003c")
         .replace('>', "\\u003e")
-        .replace('&', "\\u0026");
+        .replace('&', "\\u0026")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029");
     // The data goes in last, between the halves of the page, so nothing in it is read as a
     // placeholder.
-    let (head, tail) = HTML
+    let (head, tail) = html
         .split_once("__HEADLAB_DATA__")
         .expect("the page has a data placeholder");
     let head = head
-        .replace("__HEADLAB_CSS__", CSS)
+        .replace("__HEADLAB_CSS__", css)
         .replace("__HEADLAB_TITLE__", &escape(title));
-    let tail = tail.replace("__HEADLAB_JS__", JS);
+    let tail = tail.replace("__HEADLAB_JS__", js);
     format!("{head}{json}{tail}")
 }
 

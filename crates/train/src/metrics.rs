@@ -42,6 +42,8 @@ pub struct LossHistory {
     pub evals: Vec<(usize, f64, f64)>,
     /// `(step, training batch loss)` at each logged step.
     pub iters: Vec<(usize, f64)>,
+    /// `(step, learning rate)` at every step with a row, in step order.
+    pub lr: Vec<(usize, f64)>,
 }
 
 /// Reads the losses of a `metrics.csv`; a missing file or a damaged row reads as nothing.
@@ -52,6 +54,7 @@ pub fn read_losses(path: &Path) -> LossHistory {
     };
     let mut train = std::collections::BTreeMap::new();
     let mut val = std::collections::BTreeMap::new();
+    let mut lr = std::collections::BTreeMap::new();
     for line in text.lines().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
         let (Some(step), Some(loss)) = (
@@ -60,6 +63,9 @@ pub fn read_losses(path: &Path) -> LossHistory {
         ) else {
             continue;
         };
+        if let Some(rate) = f.get(3).and_then(|s| s.parse::<f64>().ok()) {
+            lr.insert(step, rate);
+        }
         match f.get(1) {
             Some(&"iter") => history.iters.push((step, loss)),
             Some(&"train") => drop(train.insert(step, loss)),
@@ -72,6 +78,7 @@ pub fn read_losses(path: &Path) -> LossHistory {
             history.evals.push((step, t, v));
         }
     }
+    history.lr = lr.into_iter().collect();
     history
 }
 

@@ -1,0 +1,469 @@
+// headlab's report page: loss curves, head scores through training, every head's attention
+// map at the step the slider picks, the final head table, a sample and the config. The data
+// is the JSON in #report-data; every element is built with createElement and textContent, so
+// no string from the data is ever read as markup or code.
+'use strict';
+
+const D = JSON.parse(document.getElementById('report-data').textContent);
+const $ = id => document.getElementById(id);
+const T = D.probe.length, NH = D.n_heads, NHEADS = D.n_layers * D.n_heads;
+const STEPS = D.tracked.map(p => p.step);
+const HAVE_MAPS = T > 0 && NHEADS > 0 && D.tracked.some(p => typeof p.maps === 'string');
+const PALETTE = ['#1f77b4', '#d62728', '#2ca02c', '#ff7f0e', '#9467bd', '#8c564b', '#e377c2', '#17becf'];
+const PX = Math.max(1, Math.floor(200 / Math.max(T, 1)));   // map cell size in pixels
+const NOT_TOP = new Set(['mean_distance', 'entropy']);       // not "what the head does" scores
+const S = { k: Math.max(0, STEPS.length - 1), layer: 0, head: 0, hover: -1, timer: 0 };
+const cache = new Map();                                     // step index -> Uint8Array
+
+// Creates an element with a class and text (text only ever goes in as textContent).
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+
+// A number with `d` decimals, or an en dash for null / not a finite number.
+const fmt = (v, d = 3) => (typeof v === 'number' && Number.isFinite(v) ? v.toFixed(d) : '–');
+const nice = name => name.replace(/_/g, ' ');
+const headName = idx => `L${Math.floor(idx / NH)}H${idx % NH}`;
+const headColor = idx => PALETTE[idx % PALETTE.length];
+const headDash = idx => (Math.floor(idx / PALETTE.length) % 2 ? [6, 3] : []);
+const selIdx = () => S.layer * NH + S.head;
+const TABLE = Array.isArray(D.table) ? D.table : null;
+const tableRow = (l, h) => (TABLE || []).find(r => r.layer === l && r.head === h);
+const finitePts = pts => (pts || []).filter(p => Number.isFinite(p[0]) && Number.isFinite(p[1]));
+
+// Adds a line to the notes at the top of the page.
+function addNote(text) { $('notes').appendChild(el('li', '', text)); }
+
+// White to dark blue by weight in [0, 1] (square root, as in the PNG maps): [r, g, b].
+function shadeRGB(w) {
+  const s = Math.sqrt(Math.min(1, Math.max(0, w)));
+  return [255 - 247 * s | 0, 255 - 207 * s | 0, 255 - 148 * s | 0];
+}
+const LUT = Array.from({ length: 256 }, (_, b) => shadeRGB(b / 255));
+
+// All heads' u8 maps at tracked step k (null if none were kept): decoded from base64 on
+// first use, then cached.
+function mapsAt(k) {
+  if (cache.has(k)) return cache.get(k);
+  const want = NHEADS * T * T, b64 = D.tracked[k].maps;
+  let out = null;
+  if (typeof b64 === 'string') {
+    out = new Uint8Array(want);
+    try {
+      const bin = atob(b64);
+      if (bin.length !== want) addNote(`the maps at step ${STEPS[k]} have ${bin.length} bytes, not ${want}`);
+      for (let n = 0; n < Math.min(want, bin.length); n++) out[n] = bin.charCodeAt(n);
+    } catch (e) {
+      addNote(`the maps at step ${STEPS[k]} could not be decoded`);
+    }
+  }
+  cache.set(k, out);
+  return out;
+}
+
+// One head's T x T map (row = query, column = key) at tracked step k, or null.
+const headMap = (k, idx) => mapsAt(k) && mapsAt(k).subarray(idx * T * T, (idx + 1) * T * T);
+
+const scratch = document.createElement('canvas');            // T x T, one pixel per cell
+scratch.width = scratch.height = Math.max(T, 1);
+
+// Draws head idx's map at the current step on its canvas, outlines the hovered query row,
+// and records the step and a digest of the map's bytes on the canvas (every row sums to
+// about 255, so a plain sum would hardly see a map change).
+function drawMap(cv, idx) {
+  const a = headMap(S.k, idx), g = cv.getContext('2d');
+  let digest = 0;
+  if (!a) {                                 // no map kept at this step
+    g.fillStyle = '#f0f0f0'; g.fillRect(0, 0, cv.width, cv.height);
+    g.fillStyle = '#777'; g.font = '12px system-ui, sans-serif'; g.textAlign = 'center';
+    g.fillText('no map at this step', cv.width / 2, cv.height / 2);
+  } else {
+    const sg = scratch.getContext('2d'), img = sg.createImageData(T, T);
+    for (let n = 0; n < a.length; n++) {
+      const c = LUT[a[n]];
+      digest = (Math.imul(digest, 31) + a[n]) | 0;
+      img.data[4 * n] = c[0]; img.data[4 * n + 1] = c[1]; img.data[4 * n + 2] = c[2]; img.data[4 * n + 3] = 255;
+    }
+    sg.putImageData(img, 0, 0);
+    g.imageSmoothingEnabled = false;
+    g.drawImage(scratch, 0, 0, T * PX, T * PX);
+    if (S.hover >= 0) {
+      g.strokeStyle = '#d62728'; g.lineWidth = 2;
+      g.strokeRect(1, S.hover * PX - 1, T * PX - 2, PX + 2);
+    }
+  }
+  cv.dataset.step = STEPS[S.k];
+  cv.dataset.digest = digest;
+}
+
+// The caption's score of head idx at the current step: its highest pattern score, or its
+// mean distance and entropy when no pattern score reaches 0.3.
+function topScore(idx) {
+  const sc = D.tracked[S.k].scores[idx] || [], at = n => sc[D.score_names.indexOf(n)];
+  let best = -1;
+  D.score_names.forEach((n, s) => {
+    if (!NOT_TOP.has(n) && Number.isFinite(sc[s]) && (best < 0 || sc[s] > sc[best])) best = s;
+  });
+  if (best >= 0 && sc[best] >= 0.3) return `${nice(D.score_names[best])} ${fmt(sc[best], 2)}`;
+  return `mean distance ${fmt(at('mean_distance'), 1)} · entropy ${fmt(at('entropy'), 2)}`;
+}
+
+// Redraws every map panel and its top-score caption for the current step.
+function drawMaps() {
+  document.querySelectorAll('#grid .panel').forEach(p => {
+    const idx = +p.dataset.layer * NH + +p.dataset.head;
+    drawMap(p.querySelector('canvas.map'), idx);
+    p.querySelector('.top-score').textContent = topScore(idx) || '\u00a0';
+  });
+}
+
+// Builds the grid: one panel per head, a row per layer; clicking a panel selects its head.
+function buildGrid() {
+  const grid = $('grid');
+  for (let l = 0; l < D.n_layers; l++) {
+    grid.appendChild(el('div', 'grid-layer', `layer ${l}`));
+    for (let h = 0; h < NH; h++) {
+      const p = el('div', 'panel'), cap = el('div', 'cap', `L${l} H${h}`), row = tableRow(l, h);
+      p.dataset.layer = l; p.dataset.head = h;
+      p.style.width = `${Math.max(T * PX, 222) + 2}px`;
+      if (row && row.label) cap.appendChild(el('span', 'label', row.label));
+      const cv = el('canvas', 'map');
+      cv.width = cv.height = T * PX;
+      cv.title = `L${l} H${h}: query down, key across`;
+      p.append(cap, el('div', 'top-score'), cv);
+      p.addEventListener('click', () => select(l, h));
+      grid.appendChild(p);
+    }
+  }
+}
+
+// Builds the token strip; hovering a token shows where the selected head looks from it.
+function buildTokens() {
+  const box = $('tokens');
+  D.probe.forEach((t, i) => {
+    const s = el('span', 'tok', t);
+    s.dataset.i = i;
+    if (/^\s+$/.test(t)) {                  // show whitespace; textContent stays the token
+      s.classList.add('ws');
+      s.dataset.show = t.replace(/ /g, '\u2423').replace(/\n/g, '\u21b5').replace(/\t/g, '\u21e5').replace(/\r/g, '\u240d');
+    }
+    s.addEventListener('mouseenter', () => hover(i));
+    s.addEventListener('mouseleave', () => hover(-1));
+    box.appendChild(s);
+  });
+}
+
+// Shades the tokens by the selected head's weights from the hovered query (or clears them).
+function shadeTokens() {
+  const a = S.hover >= 0 && HAVE_MAPS ? headMap(S.k, selIdx()) : null, i = S.hover, on = !!a;
+  document.querySelectorAll('#tokens .tok').forEach((e, j) => {
+    const b = on ? a[i * T + j] : 0, c = LUT[b];
+    e.style.background = on ? `rgb(${c[0]},${c[1]},${c[2]})` : '';
+    e.classList.toggle('q', on && j === i);
+    e.classList.toggle('fut', on && j > i);
+    e.classList.toggle('dark', on && b > 100);
+    e.title = on ? `${(b / 2.55).toFixed(1)}%` : '';
+  });
+  $('hover-info').textContent = on ? hoverText(i, a) : '\u00a0';
+}
+
+// One line on the hovered query: the selected head's three largest weights from it.
+function hoverText(i, a) {
+  const keys = [...Array(i + 1).keys()].sort((x, y) => a[i * T + y] - a[i * T + x]).slice(0, 3);
+  const parts = keys.map(j => `${JSON.stringify(D.probe[j])} (${j}) ${(a[i * T + j] / 2.55).toFixed(1)}%`);
+  return `${headName(selIdx())} at step ${STEPS[S.k]}, query ${JSON.stringify(D.probe[i])} (${i}) looks at: ${parts.join(', ')}`;
+}
+
+// Hovers query token i (-1: none): shades the tokens and outlines row i in every map.
+function hover(i) {
+  S.hover = i;
+  $('tokens').dataset.hover = i;
+  shadeTokens();
+  if (HAVE_MAPS) drawMaps();
+}
+
+// Tick values for [lo, hi], about n of them, on 1-2-2.5-5 steps; returns {lo, hi, step, ticks}.
+function axis(lo, hi, n, snap) {
+  if (!(hi > lo)) hi = lo + 1;
+  const raw = (hi - lo) / Math.max(1, n), mag = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map(m => m * mag).find(s => s >= raw * (1 - 1e-9));
+  if (snap) { lo = Math.floor(lo / step + 1e-9) * step; hi = Math.ceil(hi / step - 1e-9) * step; }
+  const ticks = [];
+  for (let v = Math.ceil(lo / step - 1e-9) * step; v <= hi + step * 1e-9; v += step) ticks.push(+v.toPrecision(12));
+  return { lo, hi, step, ticks };
+}
+
+// A tick label: exponent form for tiny values (learning rates), else just enough decimals.
+function tickLabel(v, step) {
+  if (v === 0) return '0';
+  if (Math.abs(v) < 0.01) return v.toExponential(1).replace('.0e', 'e');
+  let d = 0;
+  while (d < 6 && Math.abs(Math.round(step * 10 ** d) - step * 10 ** d) > 1e-6) d++;
+  return v.toFixed(d);
+}
+
+// Sizes a canvas to its CSS box at the screen's pixel ratio; returns its context and size.
+function fitCanvas(cv) {
+  const r = window.devicePixelRatio || 1, w = cv.clientWidth || 600, h = cv.clientHeight || 200;
+  if (cv.width !== Math.round(w * r) || cv.height !== Math.round(h * r)) {
+    cv.width = Math.round(w * r); cv.height = Math.round(h * r);
+  }
+  const g = cv.getContext('2d');
+  g.setTransform(r, 0, 0, r, 0, 0);
+  g.clearRect(0, 0, w, h);
+  return { g, w, h };
+}
+
+// Draws a line chart. spec: {title, ylabel, x: [lo, hi], y: [lo, hi], right?: {label, y}, series:
+// [{pts, color, width, dash, alpha, right, mark}], legend?: [{name, color, dash}]}; `marker` is
+// the step of the vertical marker (null: none), also written to data-marker-step.
+function drawChart(cv, spec, marker) {
+  const { g, w, h } = fitCanvas(cv), P = { l: 54, r: spec.right ? 62 : 16, t: 26, b: 38 };
+  const pw = w - P.l - P.r, ph = h - P.t - P.b;
+  const ax = axis(spec.x[0], spec.x[1], Math.max(2, Math.floor(pw / 80)), false);
+  const ay = axis(spec.y[0], spec.y[1], Math.max(2, Math.floor(ph / 32)), true);
+  const ar = spec.right ? axis(spec.right.y[0], spec.right.y[1], ay.ticks.length - 1, true) : null;
+  const X = v => P.l + (v - ax.lo) / (ax.hi - ax.lo) * pw;
+  const Y = (v, a) => P.t + ph - (v - a.lo) / (a.hi - a.lo) * ph;
+  g.font = '12px system-ui, sans-serif';
+  g.lineWidth = 1;
+  g.fillStyle = '#555';
+  g.textAlign = 'right'; g.textBaseline = 'middle';
+  for (const v of ay.ticks) { hline(g, P.l, P.l + pw, Y(v, ay), '#eee'); g.fillText(tickLabel(v, ay.step), P.l - 6, Y(v, ay)); }
+  g.textAlign = 'left';
+  for (const v of ar ? ar.ticks : []) g.fillText(tickLabel(v, ar.step), P.l + pw + 6, Y(v, ar));
+  g.textAlign = 'center'; g.textBaseline = 'top';
+  for (const v of ax.ticks) { vline(g, X(v), P.t + ph, P.t + ph + 4, '#999'); g.fillText(tickLabel(v, ax.step), X(v), P.t + ph + 6); }
+  g.fillText('step', P.l + pw / 2, P.t + ph + 21);
+  rotated(g, spec.ylabel, 12, P.t + ph / 2);
+  if (spec.right) rotated(g, spec.right.label, w - 10, P.t + ph / 2);
+  g.strokeStyle = '#bbb'; g.strokeRect(P.l + 0.5, P.t + 0.5, pw, ph);
+  g.save();
+  g.beginPath(); g.rect(P.l, P.t, pw, ph); g.clip();
+  for (const s of spec.series) drawSeries(g, s, X, v => Y(v, s.right ? ar : ay));
+  g.restore();
+  g.fillStyle = '#222'; g.font = '600 13px system-ui, sans-serif'; g.textAlign = 'left'; g.textBaseline = 'alphabetic';
+  g.fillText(spec.title, P.l, 17);
+  if (spec.legend) legend(g, spec.legend, w - P.r, 17);
+  if (marker === null || marker === undefined) { delete cv.dataset.markerStep; return; }
+  g.lineWidth = 1.5; g.setLineDash([4, 3]); vline(g, X(marker), P.t, P.t + ph, '#d62728'); g.setLineDash([]);
+  cv.dataset.markerStep = marker;
+}
+
+// Draws one series as a polyline (a dot if it has a single point), and a dot at s.mark.
+function drawSeries(g, s, X, Y) {
+  const pts = finitePts(s.pts);
+  g.globalAlpha = s.alpha || 1;
+  g.strokeStyle = g.fillStyle = s.color; g.lineWidth = s.width || 1.5; g.setLineDash(s.dash || []);
+  g.beginPath();
+  pts.forEach(([x, y], n) => (n ? g.lineTo(X(x), Y(y)) : g.moveTo(X(x), Y(y))));
+  g.stroke(); g.setLineDash([]);
+  const dots = pts.length === 1 ? pts : [];
+  if (s.mark && Number.isFinite(s.mark[1])) dots.push(s.mark);
+  for (const [x, y] of dots) { g.beginPath(); g.arc(X(x), Y(y), (s.width || 1.5) + 1.5, 0, 2 * Math.PI); g.fill(); }
+  g.globalAlpha = 1;
+}
+
+// Line helpers: horizontal and vertical one-pixel lines, and text rotated to read upwards.
+function hline(g, x0, x1, y, c) { g.strokeStyle = c; g.beginPath(); g.moveTo(x0, Math.round(y) + 0.5); g.lineTo(x1, Math.round(y) + 0.5); g.stroke(); }
+function vline(g, x, y0, y1, c) { g.strokeStyle = c; g.beginPath(); g.moveTo(Math.round(x) + 0.5, y0); g.lineTo(Math.round(x) + 0.5, y1); g.stroke(); }
+function rotated(g, text, x, y) {
+  g.save(); g.translate(x, y); g.rotate(-Math.PI / 2); g.textAlign = 'center'; g.textBaseline = 'middle';
+  g.fillStyle = '#555'; g.fillText(text, 0, 0); g.restore();
+}
+
+// Draws a legend right-aligned at (x, y): a short line in each entry's colour, then its name.
+function legend(g, entries, x, y) {
+  g.font = '12px system-ui, sans-serif'; g.textAlign = 'left';
+  for (const e of [...entries].reverse()) {
+    x -= g.measureText(e.name).width;
+    g.fillStyle = '#333'; g.fillText(e.name, x, y);
+    x -= 24;
+    g.lineWidth = 2; g.setLineDash(e.dash || []); hline(g, x, x + 18, y - 4, e.color); g.setLineDash([]);
+    x -= 12;
+  }
+}
+
+// The step range every chart shares: all evaluations and tracked steps.
+function stepRange() {
+  const xs = [...finitePts(D.losses.train), ...finitePts(D.losses.val), ...finitePts(D.lr)].map(p => p[0]).concat(STEPS);
+  return xs.length ? [Math.min(...xs), Math.max(...xs)] : [0, 1];
+}
+
+// The last point of pts at or before step x.
+const lastAt = (pts, x) => finitePts(pts).filter(p => p[0] <= x).pop();
+
+// Draws the loss chart: train and val loss (left axis), learning rate (right axis, dashed).
+function drawLoss() {
+  const cv = $('loss-chart'), tr = D.losses.train, va = D.losses.val, marker = STEPS.length ? STEPS[S.k] : null;
+  const ys = [...finitePts(tr), ...finitePts(va)].map(p => p[1]);
+  const lrs = finitePts(D.lr).map(p => p[1]);
+  const at = marker === null ? [] : [['train', lastAt(tr, marker)], ['val', lastAt(va, marker)]].filter(e => e[1]);
+  const readout = at.map(([n, p]) => `${n} ${fmt(p[1])}`).join(' · ');
+  cv.hidden = !ys.length;
+  $('loss-missing').hidden = !cv.hidden;
+  if (cv.hidden) return;
+  drawChart(cv, {
+    title: `loss${readout ? ` — ${readout} at step ${marker}` : ''}`,
+    ylabel: 'loss', x: stepRange(), y: [0, Math.max(...ys)],
+    right: lrs.length ? { label: 'learning rate', y: [0, Math.max(...lrs)] } : null,
+    series: [
+      { pts: D.lr, color: '#888', width: 1.25, dash: [5, 4], right: true },
+      { pts: tr, color: '#1f77b4', width: 2, mark: at.length && lastAt(tr, marker) },
+      { pts: va, color: '#ff7f0e', width: 2, mark: at.length && lastAt(va, marker) },
+    ],
+    legend: [{ name: 'train', color: '#1f77b4' }, { name: 'val', color: '#ff7f0e' }].concat(lrs.length ? [{ name: 'lr (right)', color: '#888', dash: [5, 4] }] : []),
+  }, marker);
+}
+
+// Draws one score's chart: a line per head, the selected head drawn bold, dots at the marker.
+function drawScore(cv, s) {
+  const name = D.score_names[s], sel = selIdx(), step = STEPS[S.k];
+  const series = [];
+  let ymax = 1;
+  for (let idx = 0; idx < NHEADS; idx++) {
+    const pts = D.tracked.map(p => [p.step, (p.scores[idx] || [])[s]]);
+    pts.forEach(p => { if (Number.isFinite(p[1])) ymax = Math.max(ymax, p[1]); });
+    series.push({ pts, color: headColor(idx), dash: headDash(idx), width: idx === sel ? 3 : 1.5,
+      alpha: idx === sel ? 1 : 0.6, mark: pts[S.k] });
+  }
+  series.push(series.splice(sel, 1)[0]);                     // the selected head on top
+  const v = (D.tracked[S.k].scores[sel] || [])[s];
+  drawChart(cv, {
+    title: `${nice(name)} — ${headName(sel)} ${fmt(v)} at step ${step}`,
+    ylabel: name === 'mean_distance' ? 'tokens' : 'score',
+    x: stepRange(), y: [0, name === 'mean_distance' ? ymax : 1], series,
+  }, step);
+}
+
+// Draws the chart of the loss on the repeated half of the probe.
+function drawRepeat(cv) {
+  const pts = D.tracked.map(p => [p.step, p.repeat_loss]), ys = finitePts(pts).map(p => p[1]);
+  drawChart(cv, {
+    title: `loss on the repeated half — ${fmt(D.tracked[S.k].repeat_loss)} at step ${STEPS[S.k]}`,
+    ylabel: 'loss', x: stepRange(), y: [0, ys.length ? Math.max(...ys) : 1],
+    series: [{ pts, color: '#222', width: 2, mark: pts[S.k] }],
+  }, STEPS[S.k]);
+}
+
+// Builds the head legend and one chart canvas per score (ids score-<name>, repeat-loss).
+function buildScores() {
+  for (let idx = 0; idx < NHEADS; idx++) {
+    const e = el('span', 'leg'), sw = el('i');
+    sw.style.borderTopColor = headColor(idx);
+    if (headDash(idx).length) e.classList.add('dash');
+    e.append(sw, headName(idx));
+    e.dataset.layer = Math.floor(idx / NH); e.dataset.head = idx % NH;
+    e.addEventListener('click', () => select(Math.floor(idx / NH), idx % NH));
+    $('legend').appendChild(e);
+  }
+  const box = $('score-charts');
+  D.score_names.forEach(n => { const cv = el('canvas', 'chart'); cv.id = `score-${n}`; box.appendChild(cv); });
+  const cv = el('canvas', 'chart'); cv.id = 'repeat-loss'; box.appendChild(cv);
+}
+
+// Redraws every chart (loss, scores, repeated-half loss) for the current step and head.
+function drawCharts() {
+  drawLoss();
+  if (!STEPS.length) return;
+  D.score_names.forEach((n, s) => drawScore($(`score-${n}`), s));
+  drawRepeat($('repeat-loss'));
+}
+
+// Builds the final head table (a row per head; click selects), or says how to get one.
+function buildTable() {
+  if (!TABLE) {
+    $('head-table').hidden = true;
+    const p = $('table-missing');
+    p.hidden = false;
+    p.append('No head table yet: run ', el('code', '', 'headlab heads RUN'),
+      ' (RUN: this run\'s folder) to measure every head at the last checkpoint (scores, labels,',
+      ' ablations), then make this page again.');
+    return;
+  }
+  $('table-title').textContent = D.table_step === null || D.table_step === undefined ? 'Head table' : `Head table at step ${D.table_step}`;
+  const cols = [...D.score_names, 'ablation_zero', 'ablation_mean', 'grad_importance'];
+  const tbl = $('head-table'), hr = tbl.createTHead().insertRow();
+  ['head', 'label', ...cols].forEach((c, n) => hr.appendChild(el('th', n < 2 ? 'txt' : '', nice(c))));
+  const body = tbl.createTBody();
+  for (const r of TABLE) {
+    const tr = body.insertRow();
+    tr.dataset.layer = r.layer; tr.dataset.head = r.head;
+    tr.append(el('td', 'txt', `L${r.layer} H${r.head}`), el('td', 'txt', r.label || ''));
+    cols.forEach(c => tr.appendChild(el('td', '', fmt(r[c]))));
+    tr.addEventListener('click', () => select(r.layer, r.head));
+  }
+}
+
+// Fills the notes, the sample and the config (all as plain text).
+function fillText() {
+  (D.notes || []).forEach(addNote);
+  if (D.sample === null || D.sample === undefined) {
+    $('sample').hidden = true;
+    $('sample-section').appendChild(el('p', 'hint', 'This run has no generated sample.'));
+  } else $('sample').textContent = D.sample;
+  $('config').textContent = D.config || '';
+}
+
+// Selects head (l, h): outlines its panel, table row and legend entry, bolds its lines.
+function select(l, h) {
+  S.layer = l; S.head = h;
+  const mine = e => +e.dataset.layer === l && +e.dataset.head === h;
+  document.querySelectorAll('#grid .panel, #head-table tr[data-layer], #legend .leg').forEach(e => e.classList.toggle('sel', mine(e)));
+  const sh = $('selected-head'), row = tableRow(l, h);
+  sh.textContent = 'selected head ';
+  sh.append(el('b', '', `L${l} H${h}`), row && row.label ? ` (${row.label})` : '');
+  if (STEPS.length) { drawCharts(); shadeTokens(); }
+}
+
+// Moves to tracked step k: label, chart markers, maps, captions and token shading.
+function setStep(k) {
+  S.k = Math.max(0, Math.min(STEPS.length - 1, k));
+  $('step-slider').value = S.k;
+  $('step-label').textContent = `step ${STEPS[S.k]}`;
+  drawCharts();
+  if (HAVE_MAPS) drawMaps();
+  shadeTokens();
+}
+
+// Starts or stops playing through the steps (from the start if at the end).
+function togglePlay() {
+  const b = $('play');
+  if (S.timer) { clearInterval(S.timer); S.timer = 0; b.textContent = '▶ play'; return; }
+  if (S.k >= STEPS.length - 1) setStep(0);
+  b.textContent = '❚❚ pause';
+  S.timer = setInterval(() => (S.k >= STEPS.length - 1 ? togglePlay() : setStep(S.k + 1)), 450);
+}
+
+// Builds the page, draws it at the last tracked step, and marks it ready.
+function init() {
+  fillText();
+  buildTable();
+  if (STEPS.length) {
+    const sl = $('step-slider');
+    sl.max = STEPS.length - 1;
+    sl.addEventListener('input', () => setStep(+sl.value));
+    $('play').addEventListener('click', togglePlay);
+    buildScores();
+    if (HAVE_MAPS) { buildTokens(); buildGrid(); }
+    $('maps-missing').hidden = HAVE_MAPS;
+    $('maps-hint').hidden = !HAVE_MAPS;
+  } else {
+    $('controls').classList.add('off');
+    $('no-tracking').hidden = false;
+    $('hint').hidden = $('selected-head').hidden = true;
+    $('scores-section').hidden = $('maps-section').hidden = true;
+  }
+  select(0, 0);
+  if (STEPS.length) setStep(S.k); else drawLoss();
+  let queued = false;
+  window.addEventListener('resize', () => {
+    if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; drawCharts(); }); }
+  });
+  document.body.dataset.ready = '1';
+}
+
+init();

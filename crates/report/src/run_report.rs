@@ -1,0 +1,192 @@
+//! `report.html`: one self-contained page per run, drawn from the run's own files. A step
+//! slider replays every head's attention map, with the head scores and the loss marked at the
+//! same step, so a phase change shows as maps, scores and loss moving together.
+//!
+//! What a run lacks (no tracked maps in a run made before they were kept, no head table
+//! before `headlab heads`, no sample from a run that was stopped) is said on the page and
+//! returned as notes; the rest is drawn.
+
+use std::path::{Path, PathBuf};
+
+use headlab_heads::{HISTORY_FILE, HeadHistory, MAPS_FILE, MapHistory, PatternScores};
+use headlab_train::config::RunConfig;
+use headlab_train::metrics::read_losses;
+use headlab_train::run::{RunDir, SAMPLE_FILE};
+use serde::Serialize;
+
+use crate::ReportError;
+
+/// File name of the page in a run directory.
+pub const REPORT_FILE: &str = "report.html";
+
+/// The page's data, as the script reads it (`assets/report.js`).
+#[derive(Debug, Serialize)]
+struct ReportData {
+    title: String,
+    config: String,
+    notes: Vec<String>,
+    losses: Losses,
+    lr: Vec<(usize, f64)>,
+    score_names: [&'static str; 6],
+    n_layers: usize,
+    n_heads: usize,
+    /// The tracked maps' probe window, as text.
+    probe: Vec<String>,
+    tracked: Vec<Tracked>,
+    /// `RUN/heads/heads.json` as written by `headlab heads`.
+    table: Option<serde_json::Value>,
+    table_step: Option<usize>,
+    sample: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Losses {
+    train: Vec<(usize, f64)>,
+    val: Vec<(usize, f64)>,
+}
+
+#[derive(Debug, Serialize)]
+struct Tracked {
+    step: usize,
+    repeat_loss: f64,
+    /// Per head (`layer * n_heads + head`), in [`PatternScores::NAMES`] order.
+    scores: Vec<[f64; 6]>,
+    /// Every head's map as base64 `u8`, `[layer][head][t][t]`; `None` where not kept.
+    maps: Option<String>,
+}
+
+/// What `headlab report` wrote.
+#[derive(Debug, Clone)]
+pub struct RunReport {
+    /// The page.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub bytes: usize,
+    /// What the run lacks, one line each.
+    pub notes: Vec<String>,
+}
+
+/// Writes `RUN/report.html` from the run's files.
+pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
+    let root = &run.root;
+    let read = |name: &str| std::fs::read_to_string(root.join(name)).ok();
+    let config_text = read("config.toml").unwrap_or_default();
+    let config = RunConfig::load(run.config_path()).map_err(|e| ReportError::Read {
+        path: run.config_path(),
+        message: e.to_string(),
+    })?;
+    let shell = |what: &str| format!("`headlab {what} {}`", root.display());
+    let mut notes = Vec::new();
+
+    let losses = read_losses(&run.metrics_path());
+    if losses.evals.is_empty() {
+        notes.push("no evaluations in metrics.csv yet".to_string());
+    }
+    let step = losses.evals.last().map_or(0, |e| e.0);
+    if step < config.train.max_iters {
+        notes.push(format!(
+            "the run stopped at step {step} of {}: {} continues it",
+            config.train.max_iters,
+            shell("train --resume")
+        ));
+    }
+
+    let history = read(HISTORY_FILE).map(|t| HeadHistory::parse(&t, usize::MAX));
+    let maps = match read(MAPS_FILE) {
+        Some(text) => match MapHistory::parse(&text, usize::MAX) {
+            Ok(maps) => Some(maps),
+            Err(why) => {
+                notes.push(format!("{MAPS_FILE} cannot be read ({why}); maps left out"));
+                None
+            }
+        },
+        None => None,
+    };
+    let tracked: Vec<Tracked> = history
+        .iter()
+        .flat_map(|h| &h.points)
+        .map(|(step, repeat_loss, scores)| Tracked {
+            step: *step,
+            repeat_loss: *repeat_loss,
+            scores: scores.iter().map(PatternScores::values).collect(),
+            maps: maps.as_ref().and_then(|m| {
+                m.steps
+                    .iter()
+                    .find(|(s, _)| s == step)
+                    .map(|(_, bytes)| headlab_heads::maps::to_base64(bytes))
+            }),
+        })
+        .collect();
+    if tracked.is_empty() {
+        notes.push(
+            "no tracked heads: train with train.track_heads_every = N to score every head and \
+             keep its map every N steps"
+                .to_string(),
+        );
+    } else if tracked.iter().all(|t| t.maps.is_none()) {
+        notes.push(
+            "no tracked maps (runs made before maps were kept have only the scores): train \
+             again with train.track_heads_every to replay the maps"
+                .to_string(),
+        );
+    }
+
+    let table = read("heads/heads.json").and_then(|t| serde_json::from_str(&t).ok());
+    if table.is_none() {
+        notes.push(format!("no head table: {} makes one", shell("heads")));
+    }
+    let sample = read(SAMPLE_FILE);
+    if sample.is_none() {
+        notes.push(format!(
+            "no sample (the run has not finished): {} makes one",
+            shell("sample")
+        ));
+    }
+
+    let title = format!("headlab run {}", root.display());
+    let data = ReportData {
+        title: title.clone(),
+        config: config_text,
+        notes: notes.clone(),
+        losses: Losses {
+            train: losses.evals.iter().map(|e| (e.0, e.1)).collect(),
+            val: losses.evals.iter().map(|e| (e.0, e.2)).collect(),
+        },
+        lr: losses.lr,
+        score_names: PatternScores::NAMES,
+        n_layers: config.model.n_layers,
+        n_heads: config.model.n_heads,
+        probe: maps.map(|m| m.header.tokens).unwrap_or_default(),
+        tracked,
+        table,
+        table_step: None,
+        sample,
+    };
+    let json = serde_json::to_string(&data).expect("report data serialises");
+    let html = fill_page(&title, &json);
+    let path = root.join(REPORT_FILE);
+    crate::write(&path, &html)?;
+    Ok(RunReport {
+        path,
+        bytes: html.len(),
+        notes,
+    })
+}
+
+/// The report's HTML, CSS and script (real files in `assets/`, embedded at build time) around
+/// `json`.
+fn fill_page(title: &str, json: &str) -> String {
+    const HTML: &str = include_str!("../assets/report.html");
+    const CSS: &str = include_str!("../assets/report.css");
+    const JS: &str = include_str!("../assets/report.js");
+    crate::maps::fill(HTML, CSS, JS, title, json)
+}
+
+/// Reads a run as `headlab report` does, for a path that may not be one.
+pub fn report_run(root: &Path) -> Result<RunReport, ReportError> {
+    let run = RunDir::open(root).map_err(|e| ReportError::Read {
+        path: root.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    write_run_report(&run)
+}

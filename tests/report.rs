@@ -1,0 +1,223 @@
+//! `report.html` in headless Chromium: a run's page loads without console errors, the step
+//! slider redraws the maps of heads that changed, hovering a token shades its attention,
+//! text full of markup stays text, and an older run's page says what it lacks.
+//!
+//! The page is driven by two test scripts (tests/assets/report-*.js) put into a copy of it:
+//! one right after `<head>` records errors, one before `</body>` moves the slider, hovers a
+//! token and writes what it saw into `body[data-test]` as JSON.
+
+use std::path::Path;
+
+use headlab_heads::MapHistory;
+
+use crate::common::{chromium, headlab, ok, render};
+
+const GUARD: &str = include_str!("assets/report-guard.js");
+const DRIVE: &str = include_str!("assets/report-drive.js");
+
+/// Markup a corpus may hold, each of which would run, inject or hide something if the page
+/// put text into HTML unescaped.
+const HOSTILE: [&str; 6] = [
+    "</script>",
+    "<!--",
+    "<script>window.__pwned=1</script>",
+    "<img src=x onerror=\"window.__pwned=1\">",
+    "${window.__pwned=1}",
+    "--> & &amp; \u{2028}",
+];
+
+/// A tiny run trained on `text` with heads tracked every 30 steps.
+fn tracked_run(dir: &Path, text: &str) -> std::path::PathBuf {
+    std::fs::write(dir.join("page.txt"), text).unwrap();
+    let sets = [
+        "model.block_size=32",
+        "model.d_model=32",
+        "model.n_layers=2",
+        "model.n_heads=2",
+        "train.batch_size=8",
+        "train.max_iters=180",
+        "train.eval_interval=60",
+        "train.lr=1e-2",
+        "train.eval_iters=2",
+        "train.warmup_iters=5",
+        "train.sample_tokens=40",
+        "train.track_heads_every=30",
+        "data.path=page.txt",
+    ];
+    let mut args = vec!["train", "--out", "run"];
+    for set in &sets {
+        args.extend(["--set", set]);
+    }
+    let out = headlab(&args, dir);
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("run/report.html"), "{stderr}");
+    dir.join("run")
+}
+
+/// The page with the test scripts in, rendered; `body[data-test]` parsed.
+fn drive(browser: &str, page: &Path, scratch: &Path) -> serde_json::Value {
+    let html = std::fs::read_to_string(page).unwrap();
+    let html = html
+        .replacen("<head>", &format!("<head><script>{GUARD}</script>"), 1)
+        .replacen("</body>", &format!("<script>{DRIVE}</script></body>"), 1);
+    let copy = scratch.join("driven.html");
+    std::fs::write(&copy, html).unwrap();
+    let (dom, log) = render(browser, &copy, &scratch.join("chrome"));
+    let body = &dom[dom.find("<body").expect("a body")..];
+    let attr = body
+        .split("data-test=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("the drive script did not finish:\n{dom}"));
+    let json = attr
+        .replace("&quot;", "\"")
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&nbsp;", "\u{a0}")
+        .replace("&amp;", "&");
+    let seen: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let console: Vec<&str> = log.lines().filter(|l| l.contains("CONSOLE")).collect();
+    assert!(console.is_empty(), "console output: {console:?}");
+    assert_eq!(seen["errors"], serde_json::json!([]), "{seen}");
+    assert_eq!(seen["ready"], "1", "{seen}");
+    // Nothing from the data became markup: no image, no comment, no script of its own.
+    assert_eq!(seen["pwned"], "undefined", "{seen}");
+    assert_eq!(seen["imgs"], 0, "{seen}");
+    assert_eq!(seen["comments"], 0, "{seen}");
+    assert_eq!(
+        seen["page_scripts"],
+        serde_json::json!(["report-data|application/json", "|"]),
+        "{seen}"
+    );
+    seen
+}
+
+/// `(step, [score per head])` of one score column of `head_history.csv`.
+fn tracked_scores(run: &Path, column: usize) -> Vec<(usize, Vec<f64>)> {
+    let text = std::fs::read_to_string(run.join("head_history.csv")).unwrap();
+    let mut out: Vec<(usize, Vec<f64>)> = Vec::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let (step, score) = (f[0].parse().unwrap(), f[column].parse().unwrap());
+        match out.last_mut() {
+            Some((s, v)) if *s == step => v.push(score),
+            _ => out.push((step, vec![score])),
+        }
+    }
+    out
+}
+
+#[test]
+fn the_report_replays_training_and_keeps_markup_as_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut text = String::new();
+    for i in 0..400 {
+        text += "the cat sat on the mat. ";
+        text += HOSTILE[i % HOSTILE.len()];
+        text += "\n";
+    }
+    let run = tracked_run(dir, &text);
+    for file in [
+        "report.html",
+        "head_maps.jsonl",
+        "sample.txt",
+        "heads/heads.json",
+    ] {
+        assert!(run.join(file).is_file(), "{file} missing");
+    }
+    // The sample as every piece of markup at once, exactly; the page redrawn on demand.
+    let sample = HOSTILE.join("\n");
+    std::fs::write(run.join("sample.txt"), &sample).unwrap();
+    let out = headlab(&["report", "run"], dir);
+    ok(&out);
+    let page = run.join("report.html");
+    let bytes = std::fs::metadata(&page).unwrap().len();
+    assert!(bytes < 2 << 20, "{bytes} bytes");
+
+    let Some(browser) = chromium() else { return };
+    let seen = drive(&browser, &page, dir);
+    assert!(seen["exception"].is_null(), "{seen}");
+    assert_eq!(
+        seen["sample"],
+        sample.as_str(),
+        "the sample is shown as text, exactly"
+    );
+
+    // Seven tracked steps, 0 to 180; the slider starts at the last.
+    assert_eq!(seen["slider"]["max"], "6", "{seen}");
+    assert_eq!(seen["first"]["label"], "step 0");
+    assert_eq!(seen["last"]["label"], "step 180");
+    assert_eq!(seen["first"]["loss_marker"], "0");
+    assert_eq!(seen["last"]["loss_marker"], "180");
+    assert_eq!(seen["last"]["score_marker"], "180");
+    // The map of the head whose previous-token score moved most was redrawn differently.
+    let prev = tracked_scores(&run, 3);
+    let (first, last) = (&prev[0].1, &prev[prev.len() - 1].1);
+    let moved = (0..first.len())
+        .max_by(|&a, &b| {
+            (last[a] - first[a])
+                .abs()
+                .total_cmp(&(last[b] - first[b]).abs())
+        })
+        .unwrap();
+    assert!((last[moved] - first[moved]).abs() > 0.01, "{prev:?}");
+    let digest = |at: &str| seen[at]["maps"][moved]["digest"].as_f64().unwrap();
+    assert_ne!(digest("first"), digest("last"), "head {moved}: {seen}");
+    assert_eq!(seen["last"]["maps"][moved]["step"], "180");
+    assert_eq!(seen["maps_redrawn"], true);
+
+    // Hovering token 5 shades tokens 0..=5 by the selected head's (L0 H0) weights from query 5
+    // at the last step, in the maps' colour scale, read here from head_maps.jsonl; leaving
+    // clears it.
+    assert_eq!(seen["hover"], "5");
+    let maps = std::fs::read_to_string(run.join("head_maps.jsonl")).unwrap();
+    let maps = MapHistory::parse(&maps, usize::MAX).unwrap();
+    let (step, bytes) = maps.steps.last().unwrap();
+    assert_eq!(*step, 180);
+    let t = maps.header.tokens.len();
+    for j in 0..=5 {
+        let s = (f64::from(bytes[5 * t + j]) / 255.0).sqrt();
+        let c = |k: f64| (255.0 - k * s) as u8;
+        let expected = format!("rgb({}, {}, {})", c(247.0), c(207.0), c(148.0));
+        assert_eq!(
+            seen["backgrounds"][j],
+            expected.as_str(),
+            "token {j}: {seen}"
+        );
+    }
+    assert_eq!(seen["hover_after_leave"], "-1");
+    assert_ne!(seen["background_after_leave"], seen["backgrounds"][0]);
+    // Four heads in the table, each a row.
+    assert_eq!(seen["table_rows"], 4);
+}
+
+/// A run made before maps were kept (no `head_maps.jsonl`) and before the head table still
+/// gets a page: `headlab report` says what it lacks and draws the rest.
+#[test]
+fn an_older_run_gets_a_page_that_says_what_it_lacks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let run = tracked_run(dir, &"a small text to learn from.\n".repeat(300));
+    std::fs::remove_file(run.join("head_maps.jsonl")).unwrap();
+    std::fs::remove_dir_all(run.join("heads")).unwrap();
+    std::fs::remove_file(run.join("report.html")).unwrap();
+    let out = headlab(&["report", "run"], dir);
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for part in [
+        "no tracked maps",
+        "train.track_heads_every",
+        "no head table",
+        "headlab heads run",
+    ] {
+        assert!(stderr.contains(part), "{part:?} missing from:\n{stderr}");
+    }
+    let Some(browser) = chromium() else { return };
+    let seen = drive(&browser, &run.join("report.html"), dir);
+    // Scores through training are still there: the slider moves their markers.
+    assert_eq!(seen["last"]["score_marker"], "180", "{seen}");
+    // No maps: no token strip to hover.
+    assert_eq!(seen["n_tokens"], 0, "{seen}");
+}
