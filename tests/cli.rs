@@ -43,11 +43,20 @@ fn metrics(run: &Path) -> Vec<(usize, String, String)> {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("step,split,loss,lr,tokens_per_s,elapsed_s,bpc")
+        Some("step,split,loss,lr,tokens_per_s,elapsed_s,bpc,well_formed,agreeing")
     );
     lines
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), 9, "{l}");
+            // A grammar run's val rows carry the shares of sampled sentences that parse and
+            // that agree (a subset of those); other rows leave them empty.
+            if f[1] == "val" && !f[7].is_empty() {
+                let (w, a): (f64, f64) = (f[7].parse().unwrap(), f[8].parse().unwrap());
+                assert!((0.0..=1.0).contains(&w) && a <= w, "{l}");
+            } else {
+                assert_eq!((f[7], f[8]), ("", ""), "{l}");
+            }
             (f[0].parse().unwrap(), f[1].to_string(), f[2].to_string())
         })
         .collect()
@@ -87,6 +96,12 @@ fn train_writes_a_run_whose_loss_falls_and_prints_a_sample() {
         assert!(run.join(file).is_file(), "{file} missing");
     }
     let val = val_losses(&run);
+    let csv = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    let val_rows: Vec<&str> = csv.lines().filter(|l| l.contains(",val,")).collect();
+    assert!(
+        val_rows.iter().all(|l| !l.ends_with(",,")),
+        "a grammar run measures its sentences at every evaluation:\n{csv}"
+    );
     assert_eq!(
         val.len(),
         5,
@@ -152,10 +167,12 @@ fn train_writes_a_run_whose_loss_falls_and_prints_a_sample() {
     let ppl: f64 = eval
         .split("perplexity ")
         .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
         .unwrap()
-        .trim()
         .parse()
         .unwrap();
+    // A grammar run is also judged by the sentences it writes.
+    assert!(eval.contains("grammar: of 200 sampled sentences"), "{eval}");
     assert!((ppl - loss.exp()).abs() < 1e-2 * ppl, "{eval}");
     assert!(
         (loss - val[3]).abs() < 0.3,

@@ -158,6 +158,8 @@ fn ablating_a_head_moves_the_loss_as_much_as_the_head_matters() {
         "--set",
         "train.max_iters=400",
         "--set",
+        "train.lr=2e-3",
+        "--set",
         "train.eval_interval=400",
         "--set",
         "train.eval_iters=2",

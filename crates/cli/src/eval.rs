@@ -6,6 +6,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use headlab_data::{Split, bits_per_char, read_text};
 use headlab_train::eval::LossSum;
+use headlab_train::grammar::{grammaticality, is_grammar_run};
 use headlab_train::trainer::load_dataset;
 
 use crate::common::{Checkpoint, open_run};
@@ -84,5 +85,19 @@ pub fn run(args: EvalArgs) -> Result<()> {
          chars, perplexity {:.3}",
         loss.exp()
     );
+    // A model of the grammar corpus is also judged by what it writes.
+    let n = config.train.grammar_sentences;
+    if args.file.is_none()
+        && is_grammar_run(&config)
+        && let Some(g) = grammaticality(&model, &tokenizer, n, config.train.seed)
+    {
+        println!(
+            "grammar: of {} sampled sentences {:.1}% well-formed, {:.1}% agreeing \
+             (train.grammar_sentences sets how many)",
+            g.sentences,
+            100.0 * g.well_formed,
+            100.0 * g.agreeing
+        );
+    }
     Ok(())
 }

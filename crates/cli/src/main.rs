@@ -34,7 +34,8 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Train a model. With no arguments: the built-in default config on the built-in grammar
-    /// corpus (about 12 s on 2 CPU cores), ending with a generated sample.
+    /// corpus (about 45 s on 2 CPU cores), ending with a generated sample, its grammaticality
+    /// and the run's page, report.html.
     Train(train::TrainArgs),
     /// Generate text from a trained run, streaming tokens as they come.
     Sample(sample::SampleArgs),

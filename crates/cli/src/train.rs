@@ -92,9 +92,17 @@ pub fn run(args: TrainArgs) -> Result<()> {
         }
     };
     let summary = train(options, &mut observers())?;
+    let grammar = summary.grammar.map_or(String::new(), |g| {
+        format!(
+            "; of {} sampled sentences {:.0}% well-formed, {:.0}% agreeing",
+            g.sentences,
+            100.0 * g.well_formed,
+            100.0 * g.agreeing
+        )
+    });
     eprintln!(
-        "done: train loss {:.4}, val loss {:.4}; run saved in {} (`headlab sample {}` for more \
-         text)",
+        "done: train loss {:.4}, val loss {:.4}{grammar}; run saved in {} (`headlab sample {}` \
+         for more text)",
         summary.train_loss,
         summary.val_loss,
         summary.run.display(),

@@ -325,12 +325,24 @@ pub struct Parse {
 /// checks every agreement: determiner–noun, relative verb–its subject, main verb–head
 /// noun. Independent of the generator, so it catches generator bugs.
 pub fn parse_sentence(sentence: &str) -> Result<Parse, GrammarError> {
+    parse(sentence, true)
+}
+
+/// True when `sentence` has the grammar's structure (word classes and their order), whatever
+/// the number of its words: "the dogs chases a cat." is well-formed but disagrees.
+pub fn well_formed(sentence: &str) -> bool {
+    parse(sentence, false).is_ok()
+}
+
+/// [`parse_sentence`], checking agreement only when `numbers`.
+fn parse(sentence: &str, numbers: bool) -> Result<Parse, GrammarError> {
     let sentence = sentence.trim();
     let sentence = sentence.strip_suffix('.').unwrap_or(sentence);
     let words: Vec<&str> = sentence.split_whitespace().collect();
     let mut p = Parser {
         words: &words,
         i: 0,
+        numbers,
     };
 
     let subject_plural = p.noun_phrase()?;
@@ -420,6 +432,8 @@ fn inflection(list: &[Inflected], word: &str) -> Option<bool> {
 struct Parser<'a> {
     words: &'a [&'a str],
     i: usize,
+    /// Whether a word of the wrong number is an error.
+    numbers: bool,
 }
 
 impl<'a> Parser<'a> {
@@ -463,12 +477,14 @@ impl<'a> Parser<'a> {
             expected: "a noun",
         })?;
         match det {
-            Some(det_plural) if det_plural != plural => Err(GrammarError::Disagreement {
-                index: det_index,
-                word: self.words[det_index].to_string(),
-                word_plural: det_plural,
-                subject: "noun",
-            }),
+            Some(det_plural) if det_plural != plural && self.numbers => {
+                Err(GrammarError::Disagreement {
+                    index: det_index,
+                    word: self.words[det_index].to_string(),
+                    word_plural: det_plural,
+                    subject: "noun",
+                })
+            }
             _ => Ok(plural),
         }
     }
@@ -500,7 +516,7 @@ impl<'a> Parser<'a> {
                 }
             },
         };
-        if plural != subject_plural {
+        if plural != subject_plural && self.numbers {
             return Err(GrammarError::Disagreement {
                 index,
                 word: word.to_string(),
@@ -738,6 +754,31 @@ mod tests {
             err.to_string(),
             "word 6 \"runs\" is singular but its subject is plural"
         );
+    }
+
+    /// Well-formed is the structure alone: every wrong number of the list above is
+    /// well-formed, every sentence outside the grammar is not.
+    #[test]
+    fn well_formed_ignores_number_only() {
+        for disagreeing in [
+            "the dogs that the cat sees runs.",
+            "the dogs that sees the cat run.",
+            "a dogs run.",
+            "two dog runs.",
+            "the dog runs.",
+        ] {
+            assert!(well_formed(disagreeing), "{disagreeing}");
+        }
+        for broken in [
+            "the dog runs the cat.",
+            "the dog sees.",
+            "dog runs.",
+            "the dog runs quickly.",
+            "the dogs that the cat sees",
+            "",
+        ] {
+            assert!(!well_formed(broken), "{broken}");
+        }
     }
 
     #[test]

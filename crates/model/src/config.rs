@@ -41,7 +41,7 @@ pub struct GptConfig {
     pub vocab_size: usize,
     /// Longest context the model sees (positions 0..block_size). Default 64.
     pub block_size: usize,
-    /// Width of the residual stream. Default 64.
+    /// Width of the residual stream. Default 128.
     pub d_model: usize,
     /// Number of transformer blocks. Default 2.
     pub n_layers: usize,
@@ -77,7 +77,7 @@ impl Default for GptConfig {
         Self {
             vocab_size: 0,
             block_size: 64,
-            d_model: 64,
+            d_model: 128,
             n_layers: 2,
             n_heads: 4,
             n_kv_heads: None,

@@ -148,13 +148,7 @@ pub struct Decoder<'a> {
 impl<'a> Decoder<'a> {
     /// Runs the prompt through the model.
     pub fn new(model: &'a Gpt, prompt: &[u32]) -> Result<Self, GenerateError> {
-        let vocab_size = model.config.vocab_size;
-        if prompt.is_empty() {
-            return Err(GenerateError::EmptyPrompt);
-        }
-        if let Some(&token) = prompt.iter().find(|&&t| t as usize >= vocab_size) {
-            return Err(GenerateError::TokenOutOfVocab { token, vocab_size });
-        }
+        check_prompt(prompt, model.config.vocab_size)?;
         let start = prompt.len().saturating_sub(model.config.block_size);
         let mut decoder = Self {
             model,
@@ -204,7 +198,101 @@ impl<'a> Decoder<'a> {
     }
 }
 
+/// A prompt the model can read: not empty, every token in the vocabulary.
+fn check_prompt(prompt: &[u32], vocab_size: usize) -> Result<(), GenerateError> {
+    if prompt.is_empty() {
+        return Err(GenerateError::EmptyPrompt);
+    }
+    match prompt.iter().find(|&&t| t as usize >= vocab_size) {
+        Some(&token) => Err(GenerateError::TokenOutOfVocab { token, vocab_size }),
+        None => Ok(()),
+    }
+}
+
+/// The logits of the last position of each row, row-major.
+///
+/// # Shapes
+/// `logits [b, t, v] -> [b * v]`
+fn last_logits(logits: Tensor<3>) -> Vec<f32> {
+    let [b, t, v] = logits.dims();
+    logits
+        .slice([0..b, t - 1..t, 0..v])
+        .reshape([b * v])
+        .into_data()
+        .try_into_vec_as::<f32>()
+        .expect("float logits")
+}
+
 impl Gpt {
+    /// `rows` continuations of `prompt` drawn side by side, one batch through the KV cache:
+    /// each `max_new_tokens` long, or ending with its first token from `stop`. Rows draw from one
+    /// seeded RNG in turn, so the same seed gives the same rows. Once the context is full the
+    /// window slides as [`Decoder`]'s does, the cache rebuilt over every row's last
+    /// `block_size` tokens.
+    pub fn generate_rows(
+        &self,
+        prompt: &[u32],
+        rows: usize,
+        max_new_tokens: usize,
+        sampling: &Sampling,
+        stop: &[u32],
+    ) -> Result<Vec<Vec<u32>>, GenerateError> {
+        sampling.validate()?;
+        check_prompt(prompt, self.config.vocab_size)?;
+        let (block, v) = (self.config.block_size, self.config.vocab_size);
+        let device = self.wte.weight.val().device();
+        let mut rng = StdRng::seed_from_u64(sampling.seed);
+        let prompt = &prompt[prompt.len().saturating_sub(block)..];
+        // Every row's tokens so far, a finished row padded by repeating its last.
+        let mut seen: Vec<Vec<u32>> = vec![prompt.to_vec(); rows];
+        let mut cache = KvCache::new(self.blocks.len());
+        let mut logits = self.feed_rows(&seen, prompt.len(), &mut cache, &device);
+        let mut out = vec![Vec::new(); rows];
+        let mut done = vec![false; rows];
+        for step in 0..max_new_tokens {
+            for r in 0..rows {
+                let token = if done[r] {
+                    *seen[r].last().expect("a row holds its prompt")
+                } else {
+                    let token = sampling.sample(&logits[r * v..(r + 1) * v], &mut rng);
+                    out[r].push(token);
+                    done[r] = stop.contains(&token);
+                    token
+                };
+                seen[r].push(token);
+            }
+            if done.iter().all(|&d| d) || step + 1 == max_new_tokens {
+                break;
+            }
+            logits = if cache.len < block {
+                self.feed_rows(&seen, 1, &mut cache, &device)
+            } else {
+                cache = KvCache::new(self.blocks.len());
+                self.feed_rows(&seen, block, &mut cache, &device)
+            };
+        }
+        Ok(out)
+    }
+
+    /// The last `t` tokens of every row through the cache; the logits after each row.
+    ///
+    /// # Shapes
+    /// `[rows, t]` tokens -> `[rows * vocab_size]` logits
+    fn feed_rows(
+        &self,
+        rows: &[Vec<u32>],
+        t: usize,
+        cache: &mut KvCache,
+        device: &burn::tensor::Device,
+    ) -> Vec<f32> {
+        let ids: Vec<i64> = rows
+            .iter()
+            .flat_map(|r| r[r.len() - t..].iter().map(|&id| id as i64))
+            .collect();
+        let input = Tensor::<2, Int>::from_data(TensorData::new(ids, [rows.len(), t]), device);
+        last_logits(self.forward_cached(input, cache))
+    }
+
     /// Generates `max_new_tokens` after `prompt`, calling `on_token` as each one is drawn.
     pub fn generate(
         &self,

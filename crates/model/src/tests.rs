@@ -266,6 +266,40 @@ fn sampling_rules() {
     }
 }
 
+/// Rows drawn side by side through one batched cache are what one row at a time gives:
+/// greedy rows equal `generate`'s greedy text (itself checked against full forwards below),
+/// past the context too (both slide), a row ends just after its first stop token, and hot
+/// rows differ from each other and repeat with the seed.
+#[test]
+fn rows_side_by_side_match_one_row_at_a_time() {
+    for (name, device) in cpu_devices() {
+        let model = scaled(Gpt::new(&small(Positional::Rope), &device).unwrap());
+        let prompt = [1, 2, 3];
+        let greedy = Sampling {
+            temperature: 0.0,
+            ..Sampling::default()
+        };
+        // 3 + 12 tokens: the window of 8 slides for the last 7.
+        let one = model.generate(&prompt, 12, &greedy, |_| {}).unwrap();
+        let rows = model.generate_rows(&prompt, 3, 12, &greedy, &[]).unwrap();
+        assert_eq!(rows, vec![one.clone(); 3], "{name}");
+        let stop = one[2];
+        let first = one.iter().position(|&t| t == stop).unwrap();
+        let rows = model
+            .generate_rows(&prompt, 2, 12, &greedy, &[stop])
+            .unwrap();
+        assert_eq!(rows, vec![one[..=first].to_vec(); 2], "{name}");
+        let hot = Sampling {
+            temperature: 100.0,
+            seed: 3,
+            ..Sampling::default()
+        };
+        let a = model.generate_rows(&prompt, 4, 5, &hot, &[]).unwrap();
+        assert_eq!(a, model.generate_rows(&prompt, 4, 5, &hot, &[]).unwrap());
+        assert_ne!(a[0], a[1], "{name}: rows drawn alike");
+    }
+}
+
 #[test]
 fn generation_is_seeded_and_greedy_equals_top_k_one() {
     for (name, device) in cpu_devices() {

@@ -319,6 +319,26 @@ function drawLoss() {
   }, marker);
 }
 
+// Draws a grammar run's chart: the shares of sampled sentences that are well-formed and
+// that agree, at each evaluation (hidden for other runs).
+function drawGrammar() {
+  const cv = $('grammar-chart'), g = D.grammar || [], marker = STEPS.length ? STEPS[S.k] : null;
+  cv.hidden = !g.length;
+  if (cv.hidden) return;
+  const formed = g.map(p => [p[0], p[1]]), agreeing = g.map(p => [p[0], p[2]]);
+  const at = marker === null ? null : lastAt(formed, marker), at2 = marker === null ? null : lastAt(agreeing, marker);
+  const readout = at && at2 ? ` — ${fmt(100 * at[1], 0)}% well-formed, ${fmt(100 * at2[1], 0)}% agreeing at step ${at[0]}` : '';
+  drawChart(cv, {
+    title: `sampled sentences${readout}`,
+    ylabel: 'share', x: stepRange(), y: [0, 1],
+    series: [
+      { pts: formed, color: '#2ca02c', width: 2, mark: at },
+      { pts: agreeing, color: '#9467bd', width: 2, mark: at2 },
+    ],
+    legend: [{ name: 'well-formed', color: '#2ca02c' }, { name: 'agreeing', color: '#9467bd' }],
+  }, marker);
+}
+
 // Draws one score's chart: a line per head, the selected head drawn bold, dots at the marker.
 function drawScore(cv, s) {
   const name = D.score_names[s], sel = selIdx(), step = STEPS[S.k];
@@ -368,6 +388,7 @@ function buildScores() {
 // Redraws every chart (loss, scores, repeated-half loss) for the current step and head.
 function drawCharts() {
   drawLoss();
+  drawGrammar();
   if (!STEPS.length) return;
   D.score_names.forEach((n, s) => drawScore($(`score-${n}`), s));
   drawRepeat($('repeat-loss'));
@@ -458,7 +479,7 @@ function init() {
     $('scores-section').hidden = $('maps-section').hidden = true;
   }
   select(0, 0);
-  if (STEPS.length) setStep(S.k); else drawLoss();
+  if (STEPS.length) setStep(S.k); else { drawLoss(); drawGrammar(); }
   let queued = false;
   window.addEventListener('resize', () => {
     if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; drawCharts(); }); }

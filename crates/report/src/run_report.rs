@@ -27,6 +27,8 @@ struct ReportData {
     notes: Vec<String>,
     losses: Losses,
     lr: Vec<(usize, f64)>,
+    /// A grammar run's `(step, well-formed share, agreeing share)` at each evaluation.
+    grammar: Vec<(usize, f64, f64)>,
     score_names: [&'static str; 6],
     n_layers: usize,
     n_heads: usize,
@@ -153,6 +155,7 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
             val: losses.evals.iter().map(|e| (e.0, e.2)).collect(),
         },
         lr: losses.lr,
+        grammar: losses.grammar,
         score_names: PatternScores::NAMES,
         n_layers: config.model.n_layers,
         n_heads: config.model.n_heads,

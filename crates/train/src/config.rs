@@ -20,11 +20,11 @@ pub use headlab_model::{GptConfig, GptConfigError, Norm, Positional};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrainConfig {
-    /// Sequences per optimiser step (per micro-batch with `grad_accum`). Default 16.
+    /// Sequences per optimiser step (per micro-batch with `grad_accum`). Default 24.
     pub batch_size: usize,
-    /// Optimiser steps. Default 600.
+    /// Optimiser steps. Default 2200.
     pub max_iters: usize,
-    /// Peak learning rate after warm-up. Default 2e-3.
+    /// Peak learning rate after warm-up. Default 4e-3.
     pub lr: f64,
     /// Floor of the cosine decay. Default 2e-4.
     pub min_lr: f64,
@@ -42,7 +42,7 @@ pub struct TrainConfig {
     pub grad_clip: f64,
     /// Micro-batches accumulated per step. Default 1.
     pub grad_accum: usize,
-    /// Steps between evaluations of train/val loss. Default 100.
+    /// Steps between evaluations of train/val loss. Default 500.
     pub eval_interval: usize,
     /// Batches averaged per evaluation. Default 20.
     pub eval_iters: usize,
@@ -52,8 +52,11 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Tokens sampled after training; 0 skips sampling. Default 300.
     pub sample_tokens: usize,
-    /// Record per-head attention statistics every this many steps; 0 is off. Default 50.
+    /// Record per-head attention statistics every this many steps; 0 is off. Default 100.
     pub track_heads_every: usize,
+    /// On the built-in grammar corpus: sentences sampled at each evaluation and parsed, for
+    /// the shares that are well-formed and that agree (`metrics.csv`); 0 is off. Default 200.
+    pub grammar_sentences: usize,
     /// Compute backend name. Default `flex`.
     pub backend: String,
 }
@@ -61,9 +64,9 @@ pub struct TrainConfig {
 impl Default for TrainConfig {
     fn default() -> Self {
         Self {
-            batch_size: 16,
-            max_iters: 600,
-            lr: 2e-3,
+            batch_size: 24,
+            max_iters: 2200,
+            lr: 4e-3,
             min_lr: 2e-4,
             warmup_iters: 50,
             lr_decay_iters: None,
@@ -72,12 +75,13 @@ impl Default for TrainConfig {
             weight_decay: 0.1,
             grad_clip: 1.0,
             grad_accum: 1,
-            eval_interval: 100,
+            eval_interval: 500,
             eval_iters: 20,
             log_interval: 10,
             seed: 1337,
             sample_tokens: 300,
-            track_heads_every: 50,
+            track_heads_every: 100,
+            grammar_sentences: 200,
             backend: "flex".to_string(),
         }
     }
@@ -627,26 +631,31 @@ mod tests {
         let (m, t, d) = (&c.model, &c.train, &c.data);
         assert_eq!(
             (m.block_size, m.d_model, m.n_layers, m.n_heads),
-            (64, 64, 2, 4)
+            (64, 128, 2, 4)
         );
-        assert_eq!((m.kv_heads(), m.mlp_width(), m.d_k()), (4, 256, 16));
+        assert_eq!((m.kv_heads(), m.mlp_width(), m.d_k()), (4, 512, 32));
         assert!(m.bias && m.tie_embeddings && !m.attn_only);
         assert_eq!((m.positional, m.norm), (Positional::Learned, Norm::Pre));
         assert_eq!(
             (t.batch_size, t.max_iters, t.lr, t.min_lr),
-            (16, 600, 2e-3, 2e-4)
+            (24, 2200, 4e-3, 2e-4)
         );
         assert_eq!(
             (t.warmup_iters, t.decay_iters(), t.grad_accum),
-            (50, 600, 1)
+            (50, 2200, 1)
         );
         assert_eq!(
             (t.eval_interval, t.eval_iters, t.log_interval),
-            (100, 20, 10)
+            (500, 20, 10)
         );
         assert_eq!(
-            (t.seed, t.sample_tokens, t.track_heads_every),
-            (1337, 300, 50)
+            (
+                t.seed,
+                t.sample_tokens,
+                t.track_heads_every,
+                t.grammar_sentences
+            ),
+            (1337, 300, 100, 200)
         );
         assert_eq!(t.backend, "flex");
         assert_eq!(
@@ -794,7 +803,7 @@ mod tests {
         let ConfigError::SetUnknownKey { valid, .. } = err else {
             panic!("wrong variant")
         };
-        assert_eq!(valid.len(), 18);
+        assert_eq!(valid.len(), 19);
         assert_eq!(section_fields("model").unwrap().len(), 12);
         assert_eq!(section_fields("data").unwrap().len(), 7);
         assert!(matches!(
@@ -803,12 +812,12 @@ mod tests {
         ));
 
         let msg = set("train.lr=fast").unwrap_err().to_string();
-        for part in ["train.lr", "\"fast\"", "f64", "current value: 0.002"] {
+        for part in ["train.lr", "\"fast\"", "f64", "current value: 0.004"] {
             assert!(msg.contains(part), "{part:?} missing from {msg}");
         }
         let msg = set("train.batch_size=1.5").unwrap_err().to_string();
         assert!(
-            msg.contains("usize") && msg.contains("current value: 16"),
+            msg.contains("usize") && msg.contains("current value: 24"),
             "{msg}"
         );
         let msg = set("train.batch_size=-1").unwrap_err().to_string();
@@ -947,7 +956,7 @@ mod tests {
             .validate()
             .unwrap_err()
             .to_string();
-        assert!(msg.contains("0.01") && msg.contains("0.002"), "{msg}");
+        assert!(msg.contains("0.01") && msg.contains("0.004"), "{msg}");
     }
 
     #[test]

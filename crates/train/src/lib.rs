@@ -7,7 +7,7 @@
 //! - [`run`]: run directories, checkpoints with manifests, Ctrl-C.
 //! - [`optim`], [`schedule`]: AdamW and the learning rate.
 //! - [`step`]: one optimizer step (micro-batches, clipping, AdamW).
-//! - [`eval`]: loss on held-out text.
+//! - [`eval`]: loss on held-out text; [`grammar`]: how well a grammar run writes grammar.
 //! - [`metrics`]: the `metrics.csv` file.
 //! - [`trainer`]: the loop, with [`trainer::Observer`]s for everything it does not own
 //!   (head tracking, plots).
@@ -21,6 +21,7 @@ pub mod backend;
 pub mod compare;
 pub mod config;
 pub mod eval;
+pub mod grammar;
 pub mod metrics;
 pub mod optim;
 pub mod rss;

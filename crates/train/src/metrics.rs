@@ -32,8 +32,13 @@ fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> MetricsError + '_ 
     }
 }
 
-/// Header of `metrics.csv`.
-pub const METRICS_HEADER: &str = "step,split,loss,lr,tokens_per_s,elapsed_s,bpc\n";
+/// Header of `metrics.csv`. `well_formed` and `agreeing` are the shares of sampled sentences
+/// that parse and that agree, on the val rows of a grammar run; empty elsewhere.
+pub const METRICS_HEADER: &str =
+    "step,split,loss,lr,tokens_per_s,elapsed_s,bpc,well_formed,agreeing\n";
+
+/// The header before the grammar columns; a resumed run's file with it gets empty ones.
+const OLD_HEADER: &str = "step,split,loss,lr,tokens_per_s,elapsed_s,bpc\n";
 
 /// The losses recorded in a `metrics.csv`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -44,6 +49,8 @@ pub struct LossHistory {
     pub iters: Vec<(usize, f64)>,
     /// `(step, learning rate)` at every step with a row, in step order.
     pub lr: Vec<(usize, f64)>,
+    /// `(step, well-formed share, agreeing share)` of a grammar run's evaluations.
+    pub grammar: Vec<(usize, f64, f64)>,
 }
 
 /// Reads the losses of a `metrics.csv`; a missing file or a damaged row reads as nothing.
@@ -65,6 +72,10 @@ pub fn read_losses(path: &Path) -> LossHistory {
         };
         if let Some(rate) = f.get(3).and_then(|s| s.parse::<f64>().ok()) {
             lr.insert(step, rate);
+        }
+        let share = |i: usize| f.get(i).and_then(|s| s.parse::<f64>().ok());
+        if let (Some(w), Some(a)) = (share(7), share(8)) {
+            history.grammar.push((step, w, a));
         }
         match f.get(1) {
             Some(&"iter") => history.iters.push((step, loss)),
@@ -92,6 +103,8 @@ pub(crate) struct Metric<'a> {
     pub(crate) elapsed_s: f64,
     /// `loss` in bits per character of the split's text (comparable across tokenizers).
     pub(crate) bpc: f64,
+    /// Shares of sampled sentences well-formed and agreeing (grammar runs' val rows).
+    pub(crate) grammar: Option<(f64, f64)>,
 }
 
 pub(crate) struct Metrics {
@@ -103,6 +116,11 @@ impl Metrics {
     pub(crate) fn open(path: PathBuf, fresh: bool) -> Result<Self, MetricsError> {
         if fresh || !path.exists() {
             std::fs::write(&path, METRICS_HEADER).map_err(write_error(&path))?;
+        } else if let Ok(text) = std::fs::read_to_string(&path)
+            && let Some(rows) = text.strip_prefix(OLD_HEADER)
+        {
+            let padded: String = rows.lines().map(|l| format!("{l},,\n")).collect();
+            write_atomic(&path, (METRICS_HEADER.to_string() + &padded).as_bytes())?;
         }
         Ok(Self { path })
     }
@@ -136,11 +154,50 @@ impl Metrics {
             .append(true)
             .open(&self.path)
             .map_err(write_error(&self.path))?;
+        let grammar = m
+            .grammar
+            .map_or(",".to_string(), |(w, a)| format!("{w:.4},{a:.4}"));
         writeln!(
             f,
-            "{},{},{:.6},{:.6e},{:.1},{:.3},{:.6}",
+            "{},{},{:.6},{:.6e},{:.1},{:.3},{:.6},{grammar}",
             m.step, m.split, m.loss, m.lr, m.tokens_per_s, m.elapsed_s, m.bpc
         )
         .map_err(write_error(&self.path))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A run made before the grammar columns resumes into a file with them: its old rows get
+    /// empty ones (so truncating after a crash keeps them), and read back as before.
+    #[test]
+    fn an_old_metrics_file_gains_the_grammar_columns() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("metrics.csv");
+        let old = format!("{OLD_HEADER}0,train,3.3,1e-4,0.0,1.0,4.7\n0,val,3.2,1e-4,0.0,1.0,4.6\n");
+        std::fs::write(&path, old).unwrap();
+        let mut m = Metrics::open(path.clone(), false).unwrap();
+        m.write(Metric {
+            step: 10,
+            split: "val",
+            loss: 2.0,
+            lr: 1e-3,
+            tokens_per_s: 0.0,
+            elapsed_s: 2.0,
+            bpc: 2.9,
+            grammar: Some((0.5, 0.25)),
+        })
+        .unwrap();
+        m.truncate_after(10).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], METRICS_HEADER.trim_end());
+        assert_eq!(lines[2], "0,val,3.2,1e-4,0.0,1.0,4.6,,");
+        assert!(lines[3].ends_with(",0.5000,0.2500"), "{text}");
+        let read = read_losses(&path);
+        assert_eq!(read.evals, [(0, 3.3, 3.2)]);
+        assert_eq!(read.grammar, [(10, 0.5, 0.25)]);
     }
 }

@@ -21,6 +21,7 @@ use crate::alloc::KeepFreedPages;
 use crate::backend::{Backend, BackendError};
 use crate::config::{ConfigError, RunConfig, TrainConfig, ValidationError};
 use crate::eval::estimate_loss;
+use crate::grammar::{Grammaticality, grammaticality, is_grammar_run};
 use crate::metrics::{Metric, Metrics};
 use crate::optim::{AdamW, AdamWConfig};
 use crate::run::{RunDir, RunError, TrainState, TrainedOn};
@@ -130,6 +131,8 @@ pub struct TrainSummary {
     pub val_loss: f64,
     /// The sample printed at the end.
     pub sample: String,
+    /// A grammar run's last measured grammaticality.
+    pub grammar: Option<Grammaticality>,
 }
 
 /// The dataset of `run` (whose config is `config`), tokenized with its saved tokenizer. A text
@@ -291,6 +294,12 @@ fn train_resolved(
     };
     let mut lp = Loop {
         trained_on,
+        grammar_sentences: if is_grammar_run(&config) {
+            tc.grammar_sentences
+        } else {
+            0
+        },
+        grammar: None,
         eval_device: device.clone().inner(),
         device,
         bar: progress_bar(tc.max_iters, state.step),
@@ -345,6 +354,7 @@ fn train_resolved(
         run: run.root.clone(),
         train_loss: lp.last_losses.0,
         val_loss: lp.last_losses.1,
+        grammar: lp.grammar,
         sample,
     })
 }
@@ -487,6 +497,10 @@ struct Loop<'a> {
     state: TrainState,
     /// Recorded in every checkpoint's manifest.
     trained_on: TrainedOn,
+    /// Sentences sampled at each evaluation of a grammar run (0: not one, or off).
+    grammar_sentences: usize,
+    /// The latest evaluation's grammaticality.
+    grammar: Option<Grammaticality>,
     metrics: Metrics,
     observers: &'a mut [Box<dyn Observer>],
     bar: ProgressBar,
@@ -524,6 +538,7 @@ impl Loop<'_> {
         // A diverged model is never saved over the last good checkpoint.
         self.ensure_finite(&[("train loss", tr), ("val loss", va)], it, lr)?;
         self.last_losses = (tr, va);
+        self.grammar = grammaticality(&valid, data.tokenizer(), self.grammar_sentences, tc.seed);
         let elapsed = self.started.elapsed().as_secs_f64();
         for (split, loss) in [(Split::Train, tr), (Split::Val, va)] {
             self.metrics.write(Metric {
@@ -534,10 +549,22 @@ impl Loop<'_> {
                 lr,
                 tokens_per_s: 0.0,
                 elapsed_s: elapsed,
+                grammar: self
+                    .grammar
+                    .filter(|_| split == Split::Val)
+                    .map(|g| (g.well_formed, g.agreeing)),
             })?;
         }
+        let grammar = self.grammar.map_or(String::new(), |g| {
+            format!(
+                ", {:.0}% of {} sampled sentences well-formed, {:.0}% agreeing",
+                100.0 * g.well_formed,
+                g.sentences,
+                100.0 * g.agreeing
+            )
+        });
         self.bar
-            .suspend(|| eprintln!("step {it:>6}: train loss {tr:.4}, val loss {va:.4}"));
+            .suspend(|| eprintln!("step {it:>6}: train loss {tr:.4}, val loss {va:.4}{grammar}"));
         self.state.step = it;
         self.state.elapsed_s = elapsed;
         let improved = self.state.best_val_loss.is_none_or(|best| va < best);
@@ -589,6 +616,7 @@ impl Loop<'_> {
                 step: it + 1,
                 split: "iter",
                 bpc: self.dataset.bits_per_char(Split::Train, step.loss),
+                grammar: None,
                 loss: step.loss,
                 lr,
                 tokens_per_s,

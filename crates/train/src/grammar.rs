@@ -1,0 +1,70 @@
+//! How well a model trained on the built-in grammar corpus writes it: sentences sampled from
+//! the model, parsed by the corpus's own parser (`headlab_data::corpus`).
+
+use headlab_data::Tokenizer;
+use headlab_data::corpus::{parse_sentence, well_formed};
+use headlab_model::{Gpt, Sampling};
+
+use crate::config::RunConfig;
+
+/// The shares of sampled sentences the grammar accepts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Grammaticality {
+    /// Sentences sampled.
+    pub sentences: usize,
+    /// Share with the grammar's structure, whatever the number of their words.
+    pub well_formed: f64,
+    /// Share that are well-formed and whose every determiner and verb agrees.
+    pub agreeing: f64,
+}
+
+/// `n` sentences, each sampled after ".\n" (the end of a sentence, as the corpus separates
+/// them) at temperature 1, seeded, until its first "." or newline, then parsed. A sentence
+/// cut by a newline, or still open after twice the context (the corpus's longest are about
+/// 80 characters), is counted as neither. `None` where the tokenizer has no single token for "\n"
+/// or "." (the grammar corpus's char and byte tokenizers both have).
+pub fn grammaticality(
+    model: &Gpt,
+    tokenizer: &Tokenizer,
+    n: usize,
+    seed: u64,
+) -> Option<Grammaticality> {
+    let single = |s: &str| match tokenizer.encode(s).ok()?.as_slice() {
+        [token] => Some(*token),
+        _ => None,
+    };
+    let (newline, dot) = (single("\n")?, single(".")?);
+    if n == 0 {
+        return None;
+    }
+    let sampling = Sampling {
+        seed,
+        ..Sampling::default()
+    };
+    let max_new = 2 * model.config.block_size;
+    let rows = model
+        .generate_rows(&[dot, newline], n, max_new, &sampling, &[dot, newline])
+        .ok()?;
+    let (mut formed, mut agreeing) = (0usize, 0usize);
+    for row in &rows {
+        let text = String::from_utf8_lossy(&tokenizer.decode_token_bytes(row)).into_owned();
+        let sentence = text.trim_start_matches(' ');
+        if row.last() != Some(&dot) {
+            continue;
+        }
+        if well_formed(sentence) {
+            formed += 1;
+            agreeing += usize::from(parse_sentence(sentence).is_ok());
+        }
+    }
+    Some(Grammaticality {
+        sentences: n,
+        well_formed: formed as f64 / n as f64,
+        agreeing: agreeing as f64 / n as f64,
+    })
+}
+
+/// Whether `config` trains on the built-in grammar corpus, the text [`grammaticality`] parses.
+pub fn is_grammar_run(config: &RunConfig) -> bool {
+    config.data.path.is_none() && config.data.builtin.as_deref() == Some("grammar")
+}
