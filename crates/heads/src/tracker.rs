@@ -96,7 +96,8 @@ impl Observer for HeadTracker {
         if !step.is_multiple_of(self.every) {
             return Ok(());
         }
-        let (scores, repeat_loss) = pattern_scores(&model.valid(), &tracking.probe, device);
+        let model = model.valid();
+        let (scores, repeat_loss) = pattern_scores(&model, &tracking.probe, device);
         let rows = tracking.history.push(step, repeat_loss, scores);
         let mut text = String::from(HISTORY_HEADER);
         if tracking.history.points.len() > 1 {
@@ -118,7 +119,7 @@ impl Observer for HeadTracker {
             .map_err(|e| format!("{}: {e}", tracking.csv.display()))?;
 
         let t = tracking.map_ids.len();
-        let weights = mean_patterns(&model.valid(), &tracking.map_ids, 1, t, device);
+        let weights = mean_patterns(&model, &tracking.map_ids, 1, t, device);
         let line = step_line(step, &quantize(&weights));
         let path = &tracking.maps;
         std::fs::OpenOptions::new()

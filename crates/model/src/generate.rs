@@ -129,7 +129,8 @@ impl Sampling {
     }
 }
 
-/// Decodes one sequence token by token with a KV cache.
+/// Decodes sequences token by token with a KV cache: one, or several side by side in one
+/// batch (`rows`), each row advancing by one token per step.
 ///
 /// The model sees at most `block_size` tokens: a longer prompt is cropped from the left, and
 /// once the window is full it slides by one token per step. A sliding window invalidates the
@@ -141,60 +142,87 @@ impl Sampling {
 pub struct Decoder<'a> {
     model: &'a Gpt,
     cache: KvCache,
-    window: Vec<u32>,
+    /// Each row's tokens the model currently sees.
+    windows: Vec<Vec<u32>>,
+    /// Row-major `[rows, vocab_size]`.
     logits: Vec<f32>,
 }
 
 impl<'a> Decoder<'a> {
     /// Runs the prompt through the model.
     pub fn new(model: &'a Gpt, prompt: &[u32]) -> Result<Self, GenerateError> {
+        Self::rows(model, prompt, 1)
+    }
+
+    /// Runs the prompt through the model as `rows` identical rows.
+    pub fn rows(model: &'a Gpt, prompt: &[u32], rows: usize) -> Result<Self, GenerateError> {
         check_prompt(prompt, model.config.vocab_size)?;
         let start = prompt.len().saturating_sub(model.config.block_size);
         let mut decoder = Self {
             model,
             cache: KvCache::new(model.blocks.len()),
-            window: Vec::new(),
+            windows: vec![prompt[start..].to_vec(); rows],
             logits: Vec::new(),
         };
-        decoder.feed(&prompt[start..]);
+        decoder.feed(prompt.len() - start);
         Ok(decoder)
     }
 
-    fn feed(&mut self, tokens: &[u32]) {
+    /// Runs the last `t` tokens of every window through the cache.
+    fn feed(&mut self, t: usize) {
         let device = self.model.wte.weight.val().device();
-        let ids: Vec<i64> = tokens.iter().map(|&t| t as i64).collect();
-        let input = Tensor::<2, Int>::from_data(TensorData::new(ids, [1, tokens.len()]), &device);
+        let ids: Vec<i64> = self
+            .windows
+            .iter()
+            .flat_map(|w| w[w.len() - t..].iter().map(|&id| id as i64))
+            .collect();
+        let rows = self.windows.len();
+        let input = Tensor::<2, Int>::from_data(TensorData::new(ids, [rows, t]), &device);
+        // [rows, t, v] -> the last position of each row, [rows * v]
         let logits = self.model.forward_cached(input, &mut self.cache);
         let [_, t, v] = logits.dims();
-        // [1, t, v] -> last position [v]
-        let last = logits.slice([0..1, t - 1..t, 0..v]).reshape([v]);
-        self.logits = last
+        self.logits = logits
+            .slice([0..rows, t - 1..t, 0..v])
+            .reshape([rows * v])
             .into_data()
             .try_into_vec_as::<f32>()
             .expect("float logits");
-        self.window.extend_from_slice(tokens);
     }
 
-    /// Logits for the token after the current window.
+    /// Logits for the token after the current window (of every row, row-major).
     pub fn logits(&self) -> &[f32] {
         &self.logits
     }
 
-    /// The tokens the model currently sees.
+    /// The tokens the model currently sees (in the first row).
     pub fn window(&self) -> &[u32] {
-        &self.window
+        &self.windows[0]
     }
 
     /// Appends `token`, sliding the window when it is full.
     pub fn push(&mut self, token: u32) {
-        if self.window.len() < self.model.config.block_size {
-            return self.feed(&[token]);
+        self.push_rows(&[token]);
+    }
+
+    /// Appends one token to each row, sliding the windows when they are full.
+    ///
+    /// # Panics
+    /// If `tokens` has not one token per row.
+    pub fn push_rows(&mut self, tokens: &[u32]) {
+        assert_eq!(tokens.len(), self.windows.len(), "one token per row");
+        let full = self.windows[0].len() == self.model.config.block_size;
+        for (window, &token) in self.windows.iter_mut().zip(tokens) {
+            if full {
+                window.remove(0);
+            }
+            window.push(token);
         }
-        let mut tokens = std::mem::take(&mut self.window);
-        tokens.remove(0);
-        tokens.push(token);
-        self.cache = KvCache::new(self.model.blocks.len());
-        self.feed(&tokens);
+        if full {
+            self.cache = KvCache::new(self.model.blocks.len());
+            self.feed(self.model.config.block_size);
+        } else {
+            self.feed(1);
+        }
     }
 }
 
@@ -209,26 +237,11 @@ fn check_prompt(prompt: &[u32], vocab_size: usize) -> Result<(), GenerateError> 
     }
 }
 
-/// The logits of the last position of each row, row-major.
-///
-/// # Shapes
-/// `logits [b, t, v] -> [b * v]`
-fn last_logits(logits: Tensor<3>) -> Vec<f32> {
-    let [b, t, v] = logits.dims();
-    logits
-        .slice([0..b, t - 1..t, 0..v])
-        .reshape([b * v])
-        .into_data()
-        .try_into_vec_as::<f32>()
-        .expect("float logits")
-}
-
 impl Gpt {
-    /// `rows` continuations of `prompt` drawn side by side, one batch through the KV cache:
-    /// each `max_new_tokens` long, or ending with its first token from `stop`. Rows draw from one
-    /// seeded RNG in turn, so the same seed gives the same rows. Once the context is full the
-    /// window slides as [`Decoder`]'s does, the cache rebuilt over every row's last
-    /// `block_size` tokens.
+    /// `rows` continuations of `prompt` drawn side by side ([`Decoder::rows`]): each
+    /// `max_new_tokens` long, or ending with its first token from `stop`. Rows draw from one
+    /// seeded RNG in turn, so the same seed gives the same rows; a finished row repeats its
+    /// last token until all are done.
     pub fn generate_rows(
         &self,
         prompt: &[u32],
@@ -238,59 +251,26 @@ impl Gpt {
         stop: &[u32],
     ) -> Result<Vec<Vec<u32>>, GenerateError> {
         sampling.validate()?;
-        check_prompt(prompt, self.config.vocab_size)?;
-        let (block, v) = (self.config.block_size, self.config.vocab_size);
-        let device = self.wte.weight.val().device();
+        let v = self.config.vocab_size;
         let mut rng = StdRng::seed_from_u64(sampling.seed);
-        let prompt = &prompt[prompt.len().saturating_sub(block)..];
-        // Every row's tokens so far, a finished row padded by repeating its last.
-        let mut seen: Vec<Vec<u32>> = vec![prompt.to_vec(); rows];
-        let mut cache = KvCache::new(self.blocks.len());
-        let mut logits = self.feed_rows(&seen, prompt.len(), &mut cache, &device);
+        let mut decoder = Decoder::rows(self, prompt, rows)?;
         let mut out = vec![Vec::new(); rows];
         let mut done = vec![false; rows];
+        let mut last = vec![0; rows];
         for step in 0..max_new_tokens {
             for r in 0..rows {
-                let token = if done[r] {
-                    *seen[r].last().expect("a row holds its prompt")
-                } else {
-                    let token = sampling.sample(&logits[r * v..(r + 1) * v], &mut rng);
-                    out[r].push(token);
-                    done[r] = stop.contains(&token);
-                    token
-                };
-                seen[r].push(token);
+                if !done[r] {
+                    last[r] = sampling.sample(&decoder.logits()[r * v..(r + 1) * v], &mut rng);
+                    out[r].push(last[r]);
+                    done[r] = stop.contains(&last[r]);
+                }
             }
             if done.iter().all(|&d| d) || step + 1 == max_new_tokens {
                 break;
             }
-            logits = if cache.len < block {
-                self.feed_rows(&seen, 1, &mut cache, &device)
-            } else {
-                cache = KvCache::new(self.blocks.len());
-                self.feed_rows(&seen, block, &mut cache, &device)
-            };
+            decoder.push_rows(&last);
         }
         Ok(out)
-    }
-
-    /// The last `t` tokens of every row through the cache; the logits after each row.
-    ///
-    /// # Shapes
-    /// `[rows, t]` tokens -> `[rows * vocab_size]` logits
-    fn feed_rows(
-        &self,
-        rows: &[Vec<u32>],
-        t: usize,
-        cache: &mut KvCache,
-        device: &burn::tensor::Device,
-    ) -> Vec<f32> {
-        let ids: Vec<i64> = rows
-            .iter()
-            .flat_map(|r| r[r.len() - t..].iter().map(|&id| id as i64))
-            .collect();
-        let input = Tensor::<2, Int>::from_data(TensorData::new(ids, [rows.len(), t]), device);
-        last_logits(self.forward_cached(input, cache))
     }
 
     /// Generates `max_new_tokens` after `prompt`, calling `on_token` as each one is drawn.

@@ -405,7 +405,6 @@ function buildTable() {
       ' ablations), then make this page again.');
     return;
   }
-  $('table-title').textContent = D.table_step === null || D.table_step === undefined ? 'Head table' : `Head table at step ${D.table_step}`;
   const cols = [...D.score_names, 'ablation_zero', 'ablation_mean', 'grad_importance'];
   const tbl = $('head-table'), hr = tbl.createTHead().insertRow();
   ['head', 'label', ...cols].forEach((c, n) => hr.appendChild(el('th', n < 2 ? 'txt' : '', nice(c))));

@@ -37,7 +37,6 @@ struct ReportData {
     tracked: Vec<Tracked>,
     /// `RUN/heads/heads.json` as written by `headlab heads`.
     table: Option<serde_json::Value>,
-    table_step: Option<usize>,
     sample: Option<String>,
 }
 
@@ -72,11 +71,14 @@ pub struct RunReport {
 pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
     let root = &run.root;
     let read = |name: &str| std::fs::read_to_string(root.join(name)).ok();
-    let config_text = read("config.toml").unwrap_or_default();
-    let config = RunConfig::load(run.config_path()).map_err(|e| ReportError::Read {
+    let unreadable = |message: String| ReportError::Read {
         path: run.config_path(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let config_text =
+        std::fs::read_to_string(run.config_path()).map_err(|e| unreadable(e.to_string()))?;
+    let config = RunConfig::from_toml_str(&config_text, "config.toml")
+        .map_err(|e| unreadable(e.to_string()))?;
     let shell = |what: &str| format!("`headlab {what} {}`", root.display());
     let mut notes = Vec::new();
 
@@ -162,7 +164,6 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         probe: maps.map(|m| m.header.tokens).unwrap_or_default(),
         tracked,
         table,
-        table_step: None,
         sample,
     };
     let json = serde_json::to_string(&data).expect("report data serialises");

@@ -149,7 +149,7 @@ pub struct BackendReport {
     pub available: bool,
     /// Why it did not.
     pub reason: Option<String>,
-    /// The adapter it ran on, where the backend names one (wgpu: `llvmpipe (LLVM 15.0.7, 256
+    /// The adapter it ran on, where the backend names one (wgpu: `llvmpipe (LLVM 15.0.6, 256
     /// bits)` for lavapipe).
     pub adapter: Option<String>,
     /// Step 0 against the f64 truth: every forward value, the losses, the gradients.

@@ -47,7 +47,7 @@ pub fn grammaticality(
         .ok()?;
     let (mut formed, mut agreeing) = (0usize, 0usize);
     for row in &rows {
-        let text = String::from_utf8_lossy(&tokenizer.decode_token_bytes(row)).into_owned();
+        let text = tokenizer.decode(row);
         let sentence = text.trim_start_matches(' ');
         if row.last() != Some(&dot) {
             continue;

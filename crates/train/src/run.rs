@@ -80,7 +80,8 @@ pub struct Manifest {
 pub struct TrainedOn {
     /// The backend's name (`flex`, `wgpu`, ...).
     pub backend: String,
-    /// The adapter, where the backend names one (wgpu: `llvmpipe (LLVM 15.0.7, 256 bits)`).
+    /// The adapter, where the backend names one (wgpu on lavapipe: `llvmpipe (LLVM 15.0.6,
+    /// 256 bits)`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter: Option<String>,
 }
