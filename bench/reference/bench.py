@@ -1,12 +1,20 @@
 """PyTorch reference for `cargo xtask bench --with-torch`: the same shapes as headlab's bench.
 
-Writes JSON with the sections headlab's bench has where PyTorch has a counterpart: matmul
-peak, attention op (F.scaled_dot_product_attention, causal) forward and forward+backward,
-one training step at nanoGPT's CPU recipe, and, with --recipe-data, the whole recipe
-(2000 iterations with evaluation, as configs/shakespeare-char-cpu.toml).
+Two uses:
 
-    python bench/reference/bench.py [--quick] [--threads N] [--out FILE] [--recipe-data FILE]
-        [--recipe-seed N]
+    python bench/reference/bench.py [--quick] [--threads N] [--out FILE]
+        [--recipe-data FILE] [--recipe-iters N] [--recipe-seed N] [--only SECTIONS]
+
+writes the matmul peak, the attention op (causal `scaled_dot_product_attention`) forward
+and forward+backward, and with --recipe-data the nanoGPT CPU recipe end to end;
+
+    python bench/reference/bench.py step --shape recipe|nanogpt-gpu [--threads N]
+        [--modes eager,fused,compile] [--quick] --out FILE
+
+times one training step of gpt.py's model in each PyTorch mode, one after the other. The
+headlab bench calls it once per round, between rounds of its own columns, so the two sides
+alternate. Every output records torch's version, CPU capability, build and threading
+configuration.
 """
 
 import argparse
@@ -16,11 +24,31 @@ import os
 import statistics
 import sys
 import time
+import traceback
 
 import torch
+from torch.nn import functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from gpt import GPT, GPTConfig  # noqa: E402
+from gpt import Gpt, GptConfig, adamw  # noqa: E402
+
+# The shapes of crates/bench/src/step.rs: (config, batch).
+SHAPES = {
+    "recipe": (GptConfig(65, 64, 128, 4, 4), 12),
+    "nanogpt-gpu": (GptConfig(65, 256, 384, 6, 6), 8),
+}
+
+
+def environment():
+    """What decides PyTorch's speed on this machine, for the result files."""
+    return {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkldnn": torch.backends.mkldnn.is_available(),
+        "config": torch.__config__.show(),
+        "parallel_info": torch.__config__.parallel_info(),
+    }
 
 
 def rss_reset():
@@ -40,12 +68,15 @@ def status_mib(field):
     return None
 
 
-def measure(fn, warmup_s, measure_s, min_samples=10):
-    """Per-call milliseconds: warm up, then call until both limits are met."""
-    start = time.perf_counter()
-    while time.perf_counter() - start < warmup_s:
-        fn()
+def measure(fn, warm_s, measure_s, min_samples):
+    """Per-call milliseconds, by the rule headlab's step worker uses: one untimed call
+    (compilation happens there), warm-up for `warm_s` and at least two calls, then samples
+    until both `measure_s` and `min_samples` are reached."""
     fn()
+    start, calls = time.perf_counter(), 0
+    while calls < 2 or time.perf_counter() - start < warm_s:
+        fn()
+        calls += 1
     samples = []
     start = time.perf_counter()
     while len(samples) < min_samples or time.perf_counter() - start < measure_s:
@@ -66,13 +97,12 @@ def timing(ms):
 
 def matmul(n, warm, meas):
     a, b = torch.randn(n, n), torch.randn(n, n)
-    ms = measure(lambda: a @ b, warm, meas)
+    ms = measure(lambda: a @ b, warm, meas, 10)
     med = statistics.median(ms)
     return {"n": n, "timing": timing(ms), "gflops": 2 * n**3 / (med * 1e-3) / 1e9}
 
 
 def attention(b, h, d_k, t, backward, warm, meas):
-    F = torch.nn.functional
     q, k, v = (torch.randn(b, h, t, d_k, requires_grad=backward) for _ in range(3))
 
     def fwd():
@@ -84,7 +114,7 @@ def attention(b, h, d_k, t, backward, warm, meas):
         q.grad = k.grad = v.grad = None
 
     before = rss_reset()
-    ms = measure(fwd_bwd if backward else fwd, warm, meas)
+    ms = measure(fwd_bwd if backward else fwd, warm, meas, 10)
     peak = status_mib("VmHWM:")
     med = statistics.median(ms)
     flops = 4.0 * b * h * t * t * d_k * (3 if backward else 1)
@@ -98,36 +128,40 @@ def attention(b, h, d_k, t, backward, warm, meas):
     }
 
 
-def train_step(peak_gflops, warm, meas):
+def step_fn(config, batch, mode):
+    """One training step as nanoGPT's loop takes it: loss, backward, clip at 1, AdamW."""
     torch.manual_seed(1337)
-    config = GPTConfig()
-    model = GPT(config)
-    b, t = 12, config.block_size
-    x = torch.randint(0, config.vocab_size, (b, t))
-    y = torch.randint(0, config.vocab_size, (b, t))
-    opt = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99))
+    model = Gpt(config)
+    ids = torch.randint(0, config.vocab_size, (batch, config.block_size))
+    targets = torch.randint(0, config.vocab_size, (batch, config.block_size))
+    opt = adamw(model, 1e-3, (0.9, 0.99), 0.1, fused=mode in ("fused", "compile"))
+    loss_of = torch.compile(model.loss) if mode == "compile" else model.loss
 
     def step():
-        _, loss = model(x, y)
+        loss = loss_of(ids, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    ms = measure(step, warm, meas)
-    med = statistics.median(ms)
-    n = model.num_params_mfu()
-    flops_per_token = 6 * n + 12 * config.n_layer * config.n_embd * t
-    achieved = flops_per_token * b * t / (med * 1e-3) / 1e9
-    return {
-        "config": "nanoGPT CPU recipe: 4 layers, 4 heads, d_model 128, T 64, B 12, vocab 65",
-        "timing": timing(ms),
-        "tokens_per_s": b * t / (med * 1e-3),
-        "flops_per_token": flops_per_token,
-        "achieved_gflops": achieved,
-        "matmul_peak_gflops": peak_gflops,
-        "mfu": achieved / peak_gflops,
-    }
+    return step
+
+
+def steps(shape, modes, quick):
+    """Each mode's step timings; a mode that fails records its error instead."""
+    config, batch = SHAPES[shape]
+    warm, meas = (0.1, 0.3) if quick else (1.0, 3.0)
+    min_samples = 3 if quick else (10 if shape == "recipe" else 5)
+    out = {}
+    for mode in modes:
+        try:
+            ms = measure(step_fn(config, batch, mode), warm, meas, min_samples)
+            out[mode] = {"timing": timing(ms), "ms": ms}
+        except Exception as e:  # noqa: BLE001 - the report shows why a column is empty
+            out[mode] = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
+                         "traceback": traceback.format_exc()[-4000:]}
+            print(f"bench.py: {mode} failed: {out[mode]['error']}", file=sys.stderr)
+    return out
 
 
 def recipe(path, iters, seed=1337):
@@ -140,8 +174,8 @@ def recipe(path, iters, seed=1337):
     splits = {"train": data[:n], "val": data[n:]}
     b, t = 12, 64
     torch.manual_seed(seed)
-    model = GPT(GPTConfig(vocab_size=len(chars)))
-    opt = model.configure_optimizer(1e-3, 0.1, (0.9, 0.99))
+    model = Gpt(GptConfig(vocab_size=len(chars)))
+    opt = adamw(model, 1e-3, (0.9, 0.99), 0.1)
 
     def batch(split):
         d = splits[split]
@@ -153,7 +187,7 @@ def recipe(path, iters, seed=1337):
         model.eval()
         out = {}
         for split in ("train", "val"):
-            out[split] = sum(model(*batch(split))[1].item() for _ in range(200)) / 200
+            out[split] = sum(model.loss(*batch(split)).item() for _ in range(200)) / 200
         model.train()
         return out
 
@@ -174,7 +208,7 @@ def recipe(path, iters, seed=1337):
             losses = estimate()
         if it == iters:
             break
-        _, loss = model(*batch("train"))
+        loss = model.loss(*batch("train"))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -191,41 +225,37 @@ def recipe(path, iters, seed=1337):
 
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("task", nargs="?", default="sections", choices=["sections", "step"])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default="torch.json")
+    p.add_argument("--shape", choices=sorted(SHAPES), default="recipe")
+    p.add_argument("--modes", default="eager,fused,compile")
     p.add_argument("--recipe-data", default=None)
     p.add_argument("--recipe-iters", type=int, default=2000)
     p.add_argument("--recipe-seed", type=int, default=1337, help="the recipe's torch seed")
-    p.add_argument("--only", default=None, help="comma-separated: attention, train_step")
+    p.add_argument("--only", default=None, help="comma-separated: attention, recipe")
     a = p.parse_args()
-    only = set(a.only.split(",")) if a.only else None
-
-    def runs(section):
-        return only is None or section in only
-
     if a.threads:
         torch.set_num_threads(a.threads)
-    warm, meas = (0.1, 0.3) if a.quick else (1.0, 3.0)
-    ts = [64, 128] if a.quick else [64, 128, 256, 512, 1024, 2048]
-    long_t = 256 if a.quick else 8192
-    out = {
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "quick": a.quick,
-    }
-    out["matmul"] = [matmul(256 if a.quick else 1024, warm, meas)]
-    out["attention"], out["train_step"] = [], []
-    if runs("attention"):
-        out["attention"] = [
-            attention(4, 4, 32, t, bwd, warm, meas) for t in ts for bwd in (False, True)
-        ]
-        out["attention"].append(attention(1, 4, 32, long_t, False, warm, meas))
-    if runs("train_step"):
-        out["train_step"] = [train_step(out["matmul"][0]["gflops"], warm, meas)]
-    if a.recipe_data:
-        out["recipe"] = recipe(a.recipe_data, a.recipe_iters, a.recipe_seed)
+    out = {"environment": environment(), "quick": a.quick}
+    if a.task == "step":
+        out["shape"] = a.shape
+        out["steps"] = steps(a.shape, a.modes.split(","), a.quick)
+    else:
+        only = set(a.only.split(",")) if a.only else None
+        warm, meas = (0.1, 0.3) if a.quick else (1.0, 3.0)
+        ts = [64, 128] if a.quick else [64, 128, 256, 512, 1024, 2048]
+        long_t = 256 if a.quick else 8192
+        out["matmul"] = [matmul(256 if a.quick else 1024, warm, meas)]
+        out["attention"] = []
+        if only is None or "attention" in only:
+            out["attention"] = [
+                attention(4, 4, 32, t, bwd, warm, meas) for t in ts for bwd in (False, True)
+            ]
+            out["attention"].append(attention(1, 4, 32, long_t, False, warm, meas))
+        if a.recipe_data:
+            out["recipe"] = recipe(a.recipe_data, a.recipe_iters, a.recipe_seed)
     with open(a.out, "w") as f:
         json.dump(out, f, indent=2)
     print(f"wrote {a.out}", file=sys.stderr)

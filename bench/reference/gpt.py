@@ -1,115 +1,132 @@
-"""The same GPT as headlab's recipe model, in PyTorch, written like nanoGPT's model.py.
+"""headlab's GPT (crates/model) written again in PyTorch, as the bench's speed reference.
 
-Pre-norm blocks, LayerNorm without bias, fused c_attn, GELU MLP of width 4 d, learned
-positions, LM head tied to the token table, GPT-2 init (std 0.02, c_proj scaled by
-1/sqrt(2 n_layer)). Used by bench.py as headlab's speed reference.
+The module tree and the parameter names follow crates/model and crates/attention, so the
+two models can be read side by side:
+
+    wte, wpe                                  token and position tables, std 0.02
+    blocks[i].ln_1, blocks[i].ln_2, ln_f      LayerNorm, eps 1e-5, shift only with biases
+    blocks[i].attn.{q,k,v}_proj               separate projections, std 0.02
+    blocks[i].attn.o_proj, blocks[i].mlp.c_proj   std 0.02 / sqrt(2 n_layers)
+    blocks[i].mlp.c_fc                        d_model -> 4 d_model, exact (erf) GELU
+    logits = ln_f(x) @ wte^T                  the head is the token table (tied)
+
+Pre-norm blocks, no dropout. AdamW decays matrices only, as crates/train/src/optim.rs does.
 """
 
 import math
 from dataclasses import dataclass
 
 import torch
-import torch.nn as nn
+from torch import nn
 from torch.nn import functional as F
 
 
 @dataclass
-class GPTConfig:
-    block_size: int = 64
+class GptConfig:
+    """The `[model]` keys the bench sets; defaults are nanoGPT's CPU recipe."""
+
     vocab_size: int = 65
-    n_layer: int = 4
-    n_head: int = 4
-    n_embd: int = 128
+    block_size: int = 64
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
     bias: bool = False
 
+    @property
+    def d_k(self):
+        return self.d_model // self.n_heads
 
-class CausalSelfAttention(nn.Module):
-    def __init__(self, config):
+    @property
+    def residual_init_std(self):
+        return 0.02 / math.sqrt(2 * self.n_layers)
+
+
+def projection(d_in, d_out, bias, std):
+    """A linear layer with normal weights and zero bias (crates/model's `gpt2_linear`)."""
+    layer = nn.Linear(d_in, d_out, bias=bias)
+    nn.init.normal_(layer.weight, 0.0, std)
+    if bias:
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+class MultiHeadAttention(nn.Module):
+    """Causal self-attention: h heads of d_k = d_model / h, one softmax per head."""
+
+    def __init__(self, c: GptConfig):
         super().__init__()
-        self.c_attn = nn.Linear(config.n_embd, 3 * config.n_embd, bias=config.bias)
-        self.c_proj = nn.Linear(config.n_embd, config.n_embd, bias=config.bias)
-        self.n_head = config.n_head
+        self.n_heads, self.d_k = c.n_heads, c.d_k
+        self.q_proj = projection(c.d_model, c.d_model, c.bias, 0.02)
+        self.k_proj = projection(c.d_model, c.d_model, c.bias, 0.02)
+        self.v_proj = projection(c.d_model, c.d_model, c.bias, 0.02)
+        self.o_proj = projection(c.d_model, c.d_model, c.bias, c.residual_init_std)
+
+    def heads(self, x):
+        b, t, _ = x.shape
+        # [b, t, d_model] -> [b, t, h, d_k] -> [b, h, t, d_k]
+        return x.view(b, t, self.n_heads, self.d_k).transpose(1, 2)
 
     def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(C, dim=2)
-        # [B, T, C] -> [B, T, h, d_k] -> [B, h, T, d_k]
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        # [B, h, T, d_k] -> [B, T, C]
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.c_proj(y)
+        b, t, d_model = x.shape
+        q, k, v = self.heads(self.q_proj(x)), self.heads(self.k_proj(x)), self.heads(self.v_proj(x))
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        # [b, h, t, d_k] -> [b, t, h, d_k] -> [b, t, d_model]
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, d_model))
 
 
-class MLP(nn.Module):
-    def __init__(self, config):
+class Mlp(nn.Module):
+    def __init__(self, c: GptConfig):
         super().__init__()
-        self.c_fc = nn.Linear(config.n_embd, 4 * config.n_embd, bias=config.bias)
-        self.gelu = nn.GELU()
-        self.c_proj = nn.Linear(4 * config.n_embd, config.n_embd, bias=config.bias)
+        self.c_fc = projection(c.d_model, 4 * c.d_model, c.bias, 0.02)
+        self.c_proj = projection(4 * c.d_model, c.d_model, c.bias, c.residual_init_std)
 
     def forward(self, x):
-        return self.c_proj(self.gelu(self.c_fc(x)))
+        return self.c_proj(F.gelu(self.c_fc(x)))
 
 
 class Block(nn.Module):
-    def __init__(self, config):
+    def __init__(self, c: GptConfig):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.attn = CausalSelfAttention(config)
-        self.ln_2 = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.mlp = MLP(config)
+        self.ln_1 = nn.LayerNorm(c.d_model, eps=1e-5, bias=c.bias)
+        self.attn = MultiHeadAttention(c)
+        self.ln_2 = nn.LayerNorm(c.d_model, eps=1e-5, bias=c.bias)
+        self.mlp = Mlp(c)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 
 
-class GPT(nn.Module):
-    def __init__(self, config):
+class Gpt(nn.Module):
+    def __init__(self, c: GptConfig):
         super().__init__()
-        self.config = config
-        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
-        self.wpe = nn.Embedding(config.block_size, config.n_embd)
-        self.h = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
-        self.ln_f = nn.LayerNorm(config.n_embd, bias=config.bias)
-        self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.wte.weight = self.lm_head.weight
-        self.apply(self._init_weights)
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * config.n_layer))
+        self.config = c
+        self.wte = nn.Embedding(c.vocab_size, c.d_model)
+        self.wpe = nn.Embedding(c.block_size, c.d_model)
+        nn.init.normal_(self.wte.weight, 0.0, 0.02)
+        nn.init.normal_(self.wpe.weight, 0.0, 0.02)
+        self.blocks = nn.ModuleList(Block(c) for _ in range(c.n_layers))
+        self.ln_f = nn.LayerNorm(c.d_model, eps=1e-5, bias=c.bias)
 
-    def _init_weights(self, module):
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-            if getattr(module, "bias", None) is not None:
-                nn.init.zeros_(module.bias)
-
-    def forward(self, idx, targets=None):
-        _, t = idx.size()
-        pos = torch.arange(0, t, dtype=torch.long)
-        x = self.wte(idx) + self.wpe(pos)
-        for block in self.h:
+    def forward(self, ids):
+        """`[b, t]` token ids -> `[b, t, vocab_size]` logits."""
+        t = ids.shape[1]
+        x = self.wte(ids) + self.wpe(torch.arange(t, device=ids.device))
+        for block in self.blocks:
             x = block(x)
-        logits = self.lm_head(self.ln_f(x))
-        if targets is None:
-            return logits, None
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1))
-        return logits, loss
+        return self.ln_f(x) @ self.wte.weight.T
 
-    def configure_optimizer(self, lr, weight_decay, betas):
-        """AdamW with decay on 2-D parameters only, as nanoGPT."""
-        decay = [p for p in self.parameters() if p.dim() >= 2]
-        no_decay = [p for p in self.parameters() if p.dim() < 2]
-        groups = [
-            {"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0},
-        ]
-        return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8)
+    def loss(self, ids, targets):
+        logits = self(ids)
+        return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
 
-    def num_params_mfu(self):
-        """nanoGPT's N for estimate_mfu: every parameter but the position table."""
-        return sum(p.numel() for p in self.parameters()) - self.wpe.weight.numel()
+
+def adamw(model, lr, betas, weight_decay, fused=False):
+    """AdamW with decoupled decay on parameters of rank >= 2 only (not LayerNorm, biases)."""
+    matrices = [p for p in model.parameters() if p.dim() >= 2]
+    vectors = [p for p in model.parameters() if p.dim() < 2]
+    groups = [
+        {"params": matrices, "weight_decay": weight_decay},
+        {"params": vectors, "weight_decay": 0.0},
+    ]
+    return torch.optim.AdamW(groups, lr=lr, betas=betas, eps=1e-8, fused=fused or None)

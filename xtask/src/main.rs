@@ -71,6 +71,15 @@ struct BenchArgs {
     /// recipe); the matmul peak always runs.
     #[arg(long)]
     only: Option<String>,
+    /// Rounds of the training step comparison (default 3, 2 with --quick).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Thread counts of the training step comparison (default: 1 and every core).
+    #[arg(long)]
+    step_threads: Option<String>,
+    /// Shapes of the training step comparison (default: recipe,nanogpt-gpu).
+    #[arg(long)]
+    step_shapes: Option<String>,
 }
 
 /// Builds everything, runs the PyTorch reference if asked, then `headlab-bench`.
@@ -109,13 +118,37 @@ fn bench(args: BenchArgs) -> Result<()> {
     if let Some(only) = &args.only {
         cmd.arg("--only").arg(only);
     }
+    if let Some(n) = args.rounds {
+        cmd.arg("--rounds").arg(n.to_string());
+    }
+    if let Some(t) = &args.step_threads {
+        cmd.arg("--step-threads").arg(t);
+    }
+    if let Some(s) = &args.step_shapes {
+        cmd.arg("--step-shapes").arg(s);
+    }
     if let Some(n) = args.threads {
         cmd.env("RAYON_NUM_THREADS", n.to_string());
+    }
+    // What the result file records: this command as typed, and what built the binaries.
+    let typed: Vec<String> = std::env::args().skip(1).collect();
+    cmd.env(
+        "HEADLAB_BENCH_COMMAND",
+        format!("cargo xtask {}", typed.join(" ")),
+    );
+    if let Ok(out) = Command::new("rustc").arg("--version").output() {
+        cmd.env(
+            "HEADLAB_BENCH_RUSTC",
+            String::from_utf8_lossy(&out.stdout).trim(),
+        );
+    }
+    if let Some(v) = locked_version(&root, "burn") {
+        cmd.env("HEADLAB_BENCH_BURN", v);
     }
     if args.with_torch {
         let python = torch_venv()?;
         let out = scratch.join("torch.json");
-        let mut py = Command::new(python);
+        let mut py = Command::new(&python);
         py.current_dir(&root)
             .arg("bench/reference/bench.py")
             .arg("--out")
@@ -141,11 +174,27 @@ fn bench(args: BenchArgs) -> Result<()> {
         }
         eprintln!("xtask: running the PyTorch reference");
         run(&mut py)?;
-        cmd.arg("--torch-json").arg(&out);
+        cmd.arg("--torch-json")
+            .arg(&out)
+            .arg("--torch-python")
+            .arg(&python);
     }
     run(&mut cmd)?;
     std::fs::remove_dir_all(&scratch).ok();
     Ok(())
+}
+
+/// The version of `package` in Cargo.lock.
+fn locked_version(root: &Path, package: &str) -> Option<String> {
+    let lock = std::fs::read_to_string(root.join("Cargo.lock")).ok()?;
+    let mut lines = lock.lines();
+    while let Some(line) = lines.next() {
+        if line == format!("name = \"{package}\"") {
+            let version = lines.next()?.strip_prefix("version = \"")?;
+            return Some(version.trim_end_matches('"').to_string());
+        }
+    }
+    None
 }
 
 /// The Python of a venv with torch, made on first use.

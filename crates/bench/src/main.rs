@@ -18,7 +18,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use burn::optim::GradientsParams;
 use burn::tensor::{Device, Distribution, Int, Tensor, TensorData};
 use clap::Parser;
 use criterion::{BenchmarkId, Criterion, SamplingMode};
@@ -26,11 +25,13 @@ use headlab_model::attention::reference::per_head_loop;
 use headlab_model::attention::{
     AttentionOptions, MultiHeadAttentionConfig, flash_attention, fused_attention, naive_attention,
 };
-use headlab_model::{Decoder, Gpt, GptConfig, cross_entropy};
+use headlab_model::{Decoder, Gpt, GptConfig};
 use headlab_train::backend::Backend;
-use headlab_train::optim::{AdamW, AdamWConfig, global_grad_norm};
 use headlab_train::rss;
 use serde_json::{Value, json};
+
+mod peak;
+mod step;
 
 /// headlab's benchmarks (run by `cargo xtask bench`).
 #[derive(Debug, Parser)]
@@ -58,8 +59,29 @@ struct Args {
     /// The PyTorch reference's results, for headlab / PyTorch ratios.
     #[arg(long)]
     torch_json: Option<PathBuf>,
+    /// The Python of a venv with torch: the training step section then runs PyTorch's
+    /// columns (eager, fused AdamW, torch.compile) in rounds alternating with headlab's.
+    #[arg(long)]
+    torch_python: Option<PathBuf>,
+    /// The PyTorch reference's script.
+    #[arg(long, default_value = "bench/reference/bench.py")]
+    torch_script: PathBuf,
+    /// Rounds of the training step comparison (default 3, 2 with --quick).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Thread counts of the training step comparison (default: 1 and every core).
+    #[arg(long, value_delimiter = ',')]
+    step_threads: Vec<usize>,
+    /// Shapes of the training step comparison: recipe, nanogpt-gpu (default both; recipe
+    /// with --quick).
+    #[arg(long, value_delimiter = ',')]
+    step_shapes: Vec<String>,
+    /// Internal: time the step at this shape on --backends and print JSON (one round's
+    /// headlab columns, run in a process of its own so its thread count can differ).
+    #[arg(long, hide = true)]
+    step_worker: Option<String>,
     /// Sections to run (all when empty): attention, heads, train_step, generation, recipe.
-    /// The matmul peak always runs (MFU needs it).
+    /// The matmul peak always runs.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
     /// Passed by `cargo bench`; ignored.
@@ -290,56 +312,6 @@ fn recipe_model(block_size: usize) -> GptConfig {
         .with_dropout(0.0)
 }
 
-fn tokens(b: usize, t: usize, vocab: usize, seed: u64, device: &Device) -> Tensor<2, Int> {
-    let ids: Vec<i64> = (0..b * t)
-        .map(|i| ((i as u64 * 2654435761 + seed * 97) % vocab as u64) as i64)
-        .collect();
-    Tensor::from_data(TensorData::new(ids, [b, t]), device)
-}
-
-fn train_step(bench: &mut Bench, backend: Backend, device: &Device, peak_gflops: f64) -> Value {
-    let (b, t) = (12, 64);
-    let config = recipe_model(t);
-    let ad = device.clone().autodiff();
-    ad.seed(1337);
-    let model = Gpt::new(&config, &ad).expect("recipe config");
-    let (x, y) = (tokens(b, t, 65, 1, &ad), tokens(b, t, 65, 2, &ad));
-    let mut optim = AdamW::new(AdamWConfig {
-        beta1: 0.9,
-        beta2: 0.99,
-        eps: 1e-8,
-        weight_decay: 0.1,
-    });
-    let mut slot = Some(model);
-    // As `headlab train` runs its loop.
-    let _keep_pages = headlab_train::alloc::KeepFreedPages::new();
-    let group = format!("train_step_{backend}");
-    let (ms, memory) = bench.run(&ad, &group, "b12_t", t, || {
-        let model = slot.take().expect("model");
-        let loss = cross_entropy(model.forward(x.clone()), y.clone(), None);
-        let grads = GradientsParams::from_grads(loss.backward(), &model);
-        let norm = global_grad_norm(&model, &grads);
-        let scale = if norm > 1.0 { 1.0 / (norm + 1e-6) } else { 1.0 };
-        slot = Some(optim.step(model, &grads, 1e-3, scale));
-    });
-    let (median, _, _) = stats(ms.clone());
-    // nanoGPT's estimate_mfu: N counts every parameter but the position table.
-    let n = (config.param_count(true) - config.block_size * config.d_model) as f64;
-    let flops_per_token = 6.0 * n + 12.0 * (config.n_layers * config.d_model * t) as f64;
-    let achieved = flops_per_token * (b * t) as f64 / (median * 1e-3) / 1e9;
-    json!({
-        "backend": backend.to_string(),
-        "config": "nanoGPT CPU recipe: 4 layers, 4 heads, d_model 128, T 64, B 12, vocab 65",
-        "timing": timing(&ms),
-        "tokens_per_s": (b * t) as f64 / (median * 1e-3),
-        "flops_per_token": flops_per_token,
-        "achieved_gflops": achieved,
-        "matmul_peak_gflops": peak_gflops,
-        "mfu": achieved / peak_gflops,
-        "peak_mib": memory,
-    })
-}
-
 /// Greedy generation of `new` tokens after one token, with or without the KV cache.
 fn generate(model: &Gpt, new: usize, cache: bool, device: &Device) -> usize {
     let argmax = |logits: &[f32]| {
@@ -469,12 +441,7 @@ fn measure_backend(
     device: &Device,
     out: &mut Value,
 ) {
-    let peaks = matmul(bench, backend, device, sizes.matmul_n);
-    let peak_gflops = peaks
-        .iter()
-        .filter_map(|r| r["gflops"].as_f64())
-        .fold(f64::NAN, f64::max);
-    for row in peaks {
+    for row in matmul(bench, backend, device, sizes.matmul_n) {
         push(out, "matmul", row);
     }
     let runs = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
@@ -513,10 +480,6 @@ fn measure_backend(
             push(out, "heads", row);
         }
     }
-    if runs("train_step") {
-        let row = train_step(bench, backend, device, peak_gflops);
-        push(out, "train_step", row);
-    }
     if runs("generation") {
         let reps = if args.quick { 2 } else { 3 };
         for row in generation(backend, device, &sizes.gen_lengths, reps) {
@@ -528,6 +491,12 @@ fn measure_backend(
 fn bench() {
     let args = parse_args();
     let quick = args.quick;
+    if let Some(name) = &args.step_worker {
+        let shape = step::Shape::by_name(name)
+            .unwrap_or_else(|| panic!("--step-worker {name}: not a shape of step.rs"));
+        println!("{}", step::worker(&shape, &args.backends, quick));
+        return;
+    }
     // Read the reference first: a bad file must not cost a finished run.
     let torch = match &args.torch_json {
         Some(path) => {
@@ -559,7 +528,15 @@ fn bench() {
         "threads": std::env::var("RAYON_NUM_THREADS").ok(),
         "cores": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1),
         "cpu": cpu(),
-        "matmul": [], "attention": [], "heads": [], "train_step": [], "generation": [],
+        // The exact command (`cargo xtask bench` passes its own) and what built this binary.
+        "command": std::env::var("HEADLAB_BENCH_COMMAND")
+            .unwrap_or_else(|_| std::env::args().collect::<Vec<_>>().join(" ")),
+        "versions": {
+            "headlab": env!("CARGO_PKG_VERSION"),
+            "rustc": std::env::var("HEADLAB_BENCH_RUSTC").ok(),
+            "burn": std::env::var("HEADLAB_BENCH_BURN").ok(),
+        },
+        "matmul": [], "attention": [], "heads": [], "generation": [],
         "unavailable": {},
     });
     let sizes = Sizes::new(quick);
@@ -574,6 +551,10 @@ fn bench() {
                 out["unavailable"][backend.to_string()] = json!(e.to_string());
             }
         }
+    }
+    let runs = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
+    if runs("train_step") {
+        out["train_step"] = step::compare(&step_plan(&args, &out), &args.criterion_dir);
     }
     let recipe_iters = match args.recipe_iters {
         _ if !args.only.is_empty() && !args.only.iter().any(|s| s == "recipe") => 0,
@@ -612,6 +593,50 @@ fn bench() {
     std::fs::write(&md_path, &md).expect("writing the report");
     println!("{md}");
     eprintln!("wrote {} and {}", json_path.display(), md_path.display());
+}
+
+/// What the training step comparison runs: the available backends (and flex-burn beside
+/// flex, Burn's stock ops as a floor), at 1 thread and every core.
+fn step_plan(args: &Args, out: &Value) -> step::Plan {
+    let mut backends: Vec<Backend> = args
+        .backends
+        .iter()
+        .copied()
+        .filter(|b| out["unavailable"].get(b.to_string()).is_none())
+        .collect();
+    if backends.contains(&Backend::Flex) && !backends.contains(&Backend::FlexBurn) {
+        backends.push(Backend::FlexBurn);
+    }
+    let cores = out["cores"].as_u64().unwrap_or(1) as usize;
+    let mut threads = if args.step_threads.is_empty() {
+        vec![1, cores]
+    } else {
+        args.step_threads.clone()
+    };
+    threads.dedup();
+    let shapes = if !args.step_shapes.is_empty() {
+        args.step_shapes
+            .iter()
+            .map(|n| {
+                step::Shape::by_name(n).unwrap_or_else(|| {
+                    panic!("--step-shapes {n}: not a shape (recipe, nanogpt-gpu)")
+                })
+            })
+            .collect()
+    } else if args.quick {
+        vec![step::SHAPES[0]]
+    } else {
+        step::SHAPES.to_vec()
+    };
+    step::Plan {
+        shapes,
+        threads,
+        rounds: args.rounds.unwrap_or(if args.quick { 2 } else { 3 }),
+        backends,
+        torch_python: args.torch_python.clone(),
+        torch_script: args.torch_script.clone(),
+        quick: args.quick,
+    }
 }
 
 /// `stem`, or `stem-2`, `stem-3`, ... whichever has neither a `.json` nor a `.md` in `dir`:
@@ -745,9 +770,29 @@ fn cpu() -> Value {
     } else {
         "no AVX2"
     };
+    // The flags that decide which kernels each side picks.
+    let simd_flags: Vec<&str> = [
+        "sse4_2",
+        "avx",
+        "avx2",
+        "fma",
+        "f16c",
+        "avx512f",
+        "avx512bw",
+        "avx512vl",
+        "avx512dq",
+        "avx512_vnni",
+        "avx512_bf16",
+        "amx_tile",
+        "amx_bf16",
+    ]
+    .into_iter()
+    .filter(|f| has(f))
+    .collect();
     json!({
         "model": field("model name").unwrap_or_else(|| "unknown".into()),
         "simd": if flags.is_empty() { "unknown" } else { simd },
+        "flags": simd_flags,
     })
 }
 

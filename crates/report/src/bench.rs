@@ -36,16 +36,28 @@ fn rows<'a>(out: &'a Value, section: &str) -> impl Iterator<Item = &'a Value> {
 
 /// The whole report: the setup, then each section.
 pub fn bench_markdown(out: &Value) -> String {
-    let torch = &out["torch"];
+    let torch = &out["torch"]["environment"];
     let has_torch = !torch.is_null();
+    let flags: Vec<&str> = out["cpu"]["flags"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
     let mut s = format!(
-        "# headlab benchmarks, {} on {}\n\n{} cores of {} ({}), RAYON_NUM_THREADS={}{}{}. Times \
-         are medians of criterion's samples (min-max in brackets). Made by `cargo xtask bench{}`.\n",
+        "# headlab benchmarks, {} on {}\n\n{} cores of {} ({}; flags: {}), RAYON_NUM_THREADS={}{}{}. \
+         Times are medians of criterion's samples (min-max in brackets), but for the training \
+         step (its own rule, below).\n\nCommand: `{}`. headlab {}, {}, Burn {}.\n",
         out["date"].as_str().unwrap_or("?"),
         out["host"].as_str().unwrap_or("?"),
         out["cores"],
         out["cpu"]["model"].as_str().unwrap_or("an unrecorded CPU"),
         out["cpu"]["simd"].as_str().unwrap_or("?"),
+        if flags.is_empty() {
+            "unrecorded".to_string()
+        } else {
+            flags.join(" ")
+        },
         out["threads"].as_str().unwrap_or("unset"),
         if has_torch {
             format!(
@@ -64,7 +76,12 @@ pub fn bench_markdown(out: &Value) -> String {
         } else {
             ""
         },
-        if out["quick"] == true { " --quick" } else { "" },
+        out["command"].as_str().unwrap_or("unrecorded"),
+        out["versions"]["headlab"].as_str().unwrap_or("?"),
+        out["versions"]["rustc"]
+            .as_str()
+            .unwrap_or("rustc unrecorded"),
+        out["versions"]["burn"].as_str().unwrap_or("unrecorded"),
     );
     for (backend, why) in out["unavailable"].as_object().into_iter().flatten() {
         s += &format!("\n{backend} was not available: {why}\n");
@@ -75,6 +92,7 @@ pub fn bench_markdown(out: &Value) -> String {
     s += &train_step_section(out);
     s += &generation_section(out);
     s += &recipe_section(out);
+    s += &torch_environment(&out["train_step"]["torch_environment"]);
     s
 }
 
@@ -162,36 +180,245 @@ fn heads_section(out: &Value) -> String {
     s
 }
 
-/// The training step with its MFU, against PyTorch's.
-fn train_step_section(out: &Value) -> String {
-    let torch = &out["torch"];
-    let mut s = String::new();
-    s += "\n## Training step, nanoGPT CPU recipe (4L, 4H, d 128, T 64, B 12): forward, backward, clip, AdamW\n\n| backend | ms/iter | tokens/s | GFLOP/s | MFU (of matmul peak) | PyTorch ms | headlab / PyTorch |\n|---|---|---|---|---|---|---|\n";
-    for r in rows(out, "train_step") {
-        let t_ms = rows(torch, "train_step").next().map_or(f64::NAN, median_ms);
-        s += &format!(
-            "| {} | {} | {:.0} | {:.1} | {:.1}% | {} | {} |\n",
-            r["backend"].as_str().unwrap_or("?"),
-            ms_cell(r),
-            num(&r["tokens_per_s"]),
-            num(&r["achieved_gflops"]),
-            100.0 * num(&r["mfu"]),
-            if t_ms.is_finite() {
-                format!("{t_ms:.2}")
-            } else {
-                "-".into()
-            },
-            ratio(median_ms(r), t_ms),
-        );
+/// Whether a ratio's range across rounds shows a difference: only when every round agrees.
+pub fn verdict(min: f64, max: f64) -> &'static str {
+    if !(min.is_finite() && max.is_finite()) {
+        "-"
+    } else if max < 1.0 {
+        "headlab faster"
+    } else if min > 1.0 {
+        "headlab slower"
+    } else {
+        "level"
     }
-    if let Some(t) = rows(torch, "train_step").next() {
+}
+
+/// The median of `v` and its min-max (NaN when empty).
+fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.retain(|x| x.is_finite());
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return (f64::NAN, f64::NAN, f64::NAN);
+    }
+    let median = if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    };
+    (median, v[0], v[n - 1])
+}
+
+/// PyTorch's columns the headlab columns are compared with; the last is the faster of fused
+/// AdamW and torch.compile in each round, PyTorch at its best.
+const TORCH_BEST: &str = "torch best";
+
+/// Each round's median of `column`, by round number.
+fn round_medians(step: &Value, shape: &str, threads: u64, column: &str) -> Vec<(u64, f64)> {
+    let rows = step["rows"].as_array().into_iter().flatten();
+    let of = |c: &str| -> Vec<(u64, f64)> {
+        rows.clone()
+            .filter(|r| r["shape"] == shape && r["threads"] == threads && r["column"] == c)
+            .filter_map(|r| Some((r["round"].as_u64()?, r["timing"]["median_ms"].as_f64()?)))
+            .collect()
+    };
+    if column != TORCH_BEST {
+        return of(column);
+    }
+    let (fused, compiled) = (of("torch fused"), of("torch compile"));
+    let rounds = step["rounds"].as_u64().unwrap_or(0);
+    (1..=rounds)
+        .filter_map(|round| {
+            let at = |v: &[(u64, f64)]| v.iter().find(|(r, _)| *r == round).map(|p| p.1);
+            match (at(&fused), at(&compiled)) {
+                (Some(a), Some(b)) => Some((round, a.min(b))),
+                (a, b) => a.or(b).map(|m| (round, m)),
+            }
+        })
+        .collect()
+}
+
+/// headlab / PyTorch per round (rounds where both ran), as median (min-max).
+fn round_ratios(step: &Value, shape: &str, threads: u64, ours: &str, theirs: &str) -> Vec<f64> {
+    let theirs = round_medians(step, shape, threads, theirs);
+    round_medians(step, shape, threads, ours)
+        .into_iter()
+        .filter_map(|(round, a)| {
+            let b = theirs.iter().find(|(r, _)| *r == round)?.1;
+            Some(a / b)
+        })
+        .collect()
+}
+
+fn range_cell((median, min, max): (f64, f64, f64)) -> String {
+    if median.is_finite() {
+        format!("{median:.2} ({min:.2}-{max:.2})")
+    } else {
+        "-".into()
+    }
+}
+
+/// The training step, headlab's backends against PyTorch's modes, from interleaved rounds.
+fn train_step_section(out: &Value) -> String {
+    let step = &out["train_step"];
+    let mut s = String::from(
+        "\n## Training step: forward, backward, clip, AdamW, in interleaved rounds\n\n",
+    );
+    if step.is_null() {
+        s += "Not run.\n";
+        return s;
+    }
+    let peaks: Vec<(u64, f64)> = step["fma_peak"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p["threads"].as_u64()?, p["gflops"].as_f64()?)))
+        .collect();
+    let peak_of = |n: u64| peaks.iter().find(|p| p.0 == n).map_or(f64::NAN, |p| p.1);
+    let peak_text: Vec<String> = peaks
+        .iter()
+        .map(|(n, g)| format!("{g:.0} GFLOP/s on {n} thread(s)"))
+        .collect();
+    s += &format!(
+        "{} rounds. In each round every column runs once: headlab's backends in a worker \
+         process, then PyTorch's modes in bench/reference/bench.py (eager: default AdamW; \
+         fused: `AdamW(fused=True)`; compile: `torch.compile` of model and loss with the fused \
+         AdamW). ms: the median over rounds of each round's median step (min-max of the round \
+         medians). MFU: the model's FLOPs (nanoGPT's `6 N + 12 L d T` per token) per second \
+         over the CPU's FMA peak on as many threads, one denominator for every column: a \
+         register-resident FMA loop at {} ({} accumulators), {}.\n",
+        step["rounds"],
+        step["fma"]["isa"].as_str().unwrap_or("?"),
+        step["fma"]["accumulators"],
+        peak_text.join(", "),
+    );
+    let threads: Vec<u64> = step["threads"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_u64)
+        .collect();
+    for shape in step["shapes"].as_array().into_iter().flatten() {
+        let name = shape["shape"].as_str().unwrap_or("?");
+        let flops = num(&shape["flops_per_step"]);
         s += &format!(
-            "| PyTorch | {} | {:.0} | {:.1} | {:.1}% | | |\n",
-            ms_cell(t),
-            num(&t["tokens_per_s"]),
-            num(&t["achieved_gflops"]),
-            100.0 * num(&t["mfu"]),
+            "\n### {name}: {} ({:.2} GFLOP per step)\n\n| threads | column | ms (min-max over \
+             rounds) | GFLOP/s | MFU (of FMA peak) |\n|---|---|---|---|---|\n",
+            shape["config"].as_str().unwrap_or("?"),
+            flops / 1e9
         );
+        let mut columns: Vec<String> = Vec::new();
+        for r in step["rows"].as_array().into_iter().flatten() {
+            let c = r["column"].as_str().unwrap_or("?").to_string();
+            if r["shape"] == name && !columns.contains(&c) {
+                columns.push(c);
+            }
+        }
+        let mut errors = Vec::new();
+        for &n in &threads {
+            for c in &columns {
+                let (median, min, max) = spread(
+                    round_medians(step, name, n, c)
+                        .into_iter()
+                        .map(|p| p.1)
+                        .collect(),
+                );
+                let gflops = flops / (median * 1e-3) / 1e9;
+                if median.is_finite() {
+                    s += &format!(
+                        "| {n} | {c} | {median:.2} ({min:.2}-{max:.2}) | {gflops:.1} | {:.1}% |\n",
+                        100.0 * gflops / peak_of(n)
+                    );
+                } else {
+                    s += &format!("| {n} | {c} | failed, see below | | |\n");
+                }
+                let failed = step["rows"].as_array().into_iter().flatten().filter(|r| {
+                    r["shape"] == name && r["threads"] == n && r["column"] == c.as_str()
+                });
+                for e in failed.filter_map(|r| r["error"].as_str()) {
+                    let e = format!("{c}, {n} thread(s): {e}");
+                    if !errors.contains(&e) {
+                        errors.push(e);
+                    }
+                }
+            }
+        }
+        for e in &errors {
+            s += &format!("\nFailed: {e}\n");
+        }
+        let torch_cols = ["torch eager", "torch fused", "torch compile", TORCH_BEST];
+        if !columns.iter().any(|c| c.starts_with("torch ")) {
+            continue;
+        }
+        s += "\nheadlab / PyTorch, one ratio per round, median (min-max); a range that \
+              crosses 1.0 is level:\n\n| threads | headlab | / eager | / fused | / compile \
+              | / best of fused and compile | verdict |\n|---|---|---|---|---|---|---|\n";
+        for &n in &threads {
+            for ours in columns.iter().filter(|c| !c.starts_with("torch ")) {
+                let cells: Vec<(f64, f64, f64)> = torch_cols
+                    .iter()
+                    .map(|t| spread(round_ratios(step, name, n, ours, t)))
+                    .collect();
+                let best = cells[3];
+                s += &format!(
+                    "| {n} | {ours} | {} | {} | {} | {} | {} |\n",
+                    range_cell(cells[0]),
+                    range_cell(cells[1]),
+                    range_cell(cells[2]),
+                    range_cell(best),
+                    verdict(best.1, best.2),
+                );
+            }
+        }
+    }
+    s
+}
+
+/// What PyTorch ran with: version, kernels, BLAS and threading, from `torch.__config__`.
+fn torch_environment(env: &Value) -> String {
+    if env.is_null() {
+        return String::new();
+    }
+    let mut s = format!(
+        "\n## PyTorch's build\n\ntorch {}, ATen CPU capability {}. From `torch.__config__.show()` \
+         and `parallel_info()` (in full in the JSON):\n\n",
+        env["torch"].as_str().unwrap_or("?"),
+        env["cpu_capability"].as_str().unwrap_or("?"),
+    );
+    let keys = [
+        "Math Kernel Library",
+        "BLAS_INFO",
+        "LAPACK_INFO",
+        "CPU capability",
+        "OpenMP",
+        "oneDNN",
+        "MKL-DNN",
+        "parallel backend",
+        "get_num_threads",
+    ];
+    let text = format!(
+        "{}\n{}",
+        env["config"].as_str().unwrap_or(""),
+        env["parallel_info"].as_str().unwrap_or("")
+    );
+    let mut seen: Vec<String> = Vec::new();
+    for line in text.lines() {
+        if keys.iter().any(|k| line.contains(k)) {
+            // Build settings come as one long comma-separated line: keep the BLAS entries.
+            let line = if line.contains("Build settings") {
+                line.split(", ")
+                    .filter(|p| p.contains("BLAS") || p.contains("LAPACK"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            } else {
+                line.trim().to_string()
+            };
+            let line = line.trim().trim_start_matches("- ").to_string();
+            if !line.is_empty() && !seen.contains(&line) {
+                s += &format!("- {line}\n");
+                seen.push(line);
+            }
+        }
     }
     s
 }
@@ -250,4 +477,41 @@ fn recipe_section(out: &Value) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_ratio_is_a_difference_only_when_every_round_agrees() {
+        assert_eq!(verdict(0.7, 0.9), "headlab faster");
+        assert_eq!(verdict(1.1, 1.3), "headlab slower");
+        assert_eq!(verdict(0.9, 1.1), "level");
+        assert_eq!(verdict(f64::NAN, 1.0), "-");
+    }
+
+    /// PyTorch at its best is the faster of fused and compiled in each round, not the faster
+    /// of their medians over rounds.
+    #[test]
+    fn pytorch_at_its_best_is_taken_round_by_round() {
+        let row = |column: &str, round: u64, ms: f64| {
+            json!({ "shape": "recipe", "threads": 1, "round": round, "column": column,
+                    "timing": { "median_ms": ms } })
+        };
+        let step = json!({ "rounds": 2, "rows": [
+            row("flex", 1, 8.0), row("torch fused", 1, 10.0), row("torch compile", 1, 16.0),
+            row("flex", 2, 12.0), row("torch fused", 2, 20.0), row("torch compile", 2, 10.0),
+        ]});
+        let best = round_medians(&step, "recipe", 1, TORCH_BEST);
+        assert_eq!(best, vec![(1, 10.0), (2, 10.0)]);
+        assert_eq!(
+            round_ratios(&step, "recipe", 1, "flex", TORCH_BEST),
+            vec![0.8, 1.2]
+        );
+        let (median, min, max) = spread(round_ratios(&step, "recipe", 1, "flex", TORCH_BEST));
+        assert!((median - 1.0).abs() < 1e-12 && min == 0.8 && max == 1.2);
+        assert_eq!(verdict(min, max), "level");
+    }
 }

@@ -1,0 +1,401 @@
+//! One training step, headlab's backends against PyTorch's modes, in interleaved rounds.
+//!
+//! Machine noise on these VMs drifts by ±10% from one minute to the next, so one run of each
+//! side, one after the other, puts that drift into every ratio. Here every round runs each
+//! column once, headlab's in a worker process of this binary and PyTorch's in
+//! bench/reference/bench.py, A B C A B C ..., and the report takes a ratio per round. Both
+//! sides time with the same rule ([`Rule`], `measure` in bench.py) and both step the same
+//! model (bench/reference/gpt.py mirrors crates/model).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use burn::optim::GradientsParams;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use headlab_model::{Gpt, GptConfig, cross_entropy};
+use headlab_train::backend::Backend;
+use headlab_train::optim::{AdamW, AdamWConfig, global_grad_norm};
+use serde_json::{Value, json};
+
+use crate::peak::{Isa, fma_peak};
+
+/// A model and batch the step is timed at.
+#[derive(Debug, Clone, Copy)]
+pub struct Shape {
+    /// The name bench.py knows it by.
+    pub name: &'static str,
+    pub n_layers: usize,
+    pub n_heads: usize,
+    pub d_model: usize,
+    pub block_size: usize,
+    pub batch: usize,
+}
+
+/// The vocabulary of tiny-shakespeare's characters.
+const VOCAB: usize = 65;
+
+/// nanoGPT's CPU recipe, and its shakespeare-char GPU model (where attention and memory
+/// bandwidth matter more) at a CPU-sized batch of 8.
+pub const SHAPES: [Shape; 2] = [
+    Shape {
+        name: "recipe",
+        n_layers: 4,
+        n_heads: 4,
+        d_model: 128,
+        block_size: 64,
+        batch: 12,
+    },
+    Shape {
+        name: "nanogpt-gpu",
+        n_layers: 6,
+        n_heads: 6,
+        d_model: 384,
+        block_size: 256,
+        batch: 8,
+    },
+];
+
+impl Shape {
+    pub fn by_name(name: &str) -> Option<Shape> {
+        SHAPES.iter().copied().find(|s| s.name == name)
+    }
+
+    pub fn config(&self) -> GptConfig {
+        GptConfig::new(VOCAB)
+            .with_block_size(self.block_size)
+            .with_d_model(self.d_model)
+            .with_n_layers(self.n_layers)
+            .with_n_heads(self.n_heads)
+            .with_bias(false)
+            .with_dropout(0.0)
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "{} layers, {} heads, d_model {}, T {}, B {}, vocab {VOCAB}",
+            self.n_layers, self.n_heads, self.d_model, self.block_size, self.batch
+        )
+    }
+
+    /// nanoGPT's `estimate_mfu` count: `6 N + 12 L d T` per token, N every parameter but the
+    /// position table; times the batch's tokens.
+    pub fn flops_per_step(&self) -> f64 {
+        let config = self.config();
+        let n = (config.param_count(true) - config.block_size * config.d_model) as f64;
+        let per_token = 6.0 * n + 12.0 * (self.n_layers * self.d_model * self.block_size) as f64;
+        per_token * (self.batch * self.block_size) as f64
+    }
+}
+
+/// How a step is timed, on both sides: one untimed call, warm-up for `warm_s` and at least two
+/// calls, then samples until both `measure_s` and `min_samples` are reached.
+#[derive(Debug, Clone, Copy)]
+pub struct Rule {
+    pub warm_s: f64,
+    pub measure_s: f64,
+    pub min_samples: usize,
+}
+
+impl Rule {
+    pub fn new(shape: &Shape, quick: bool) -> Self {
+        match (quick, shape.name) {
+            (true, _) => Self {
+                warm_s: 0.1,
+                measure_s: 0.3,
+                min_samples: 3,
+            },
+            (false, "recipe") => Self {
+                warm_s: 1.0,
+                measure_s: 3.0,
+                min_samples: 10,
+            },
+            (false, _) => Self {
+                warm_s: 1.0,
+                measure_s: 3.0,
+                min_samples: 5,
+            },
+        }
+    }
+
+    /// Per-call milliseconds of `f`.
+    pub fn measure(&self, mut f: impl FnMut()) -> Vec<f64> {
+        f();
+        let (start, mut calls) = (Instant::now(), 0);
+        while calls < 2 || start.elapsed().as_secs_f64() < self.warm_s {
+            f();
+            calls += 1;
+        }
+        let mut ms = Vec::new();
+        let start = Instant::now();
+        while ms.len() < self.min_samples || start.elapsed().as_secs_f64() < self.measure_s {
+            let t0 = Instant::now();
+            f();
+            ms.push(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        ms
+    }
+}
+
+fn tokens(b: usize, t: usize, seed: u64, device: &Device) -> Tensor<2, Int> {
+    let ids: Vec<i64> = (0..b * t)
+        .map(|i| ((i as u64 * 2654435761 + seed * 97) % VOCAB as u64) as i64)
+        .collect();
+    Tensor::from_data(TensorData::new(ids, [b, t]), device)
+}
+
+/// The step's timings on `backend`, as `headlab train` takes a step: loss, backward, global
+/// norm clipped at 1, AdamW.
+fn time_step(shape: &Shape, backend: Backend, rule: &Rule) -> Result<Vec<f64>, String> {
+    let device = backend.device().map_err(|e| e.to_string())?;
+    headlab_kernels::with_kernels(backend.kernels(), || {
+        let ad = device.clone().autodiff();
+        ad.seed(1337);
+        let model = Gpt::new(&shape.config(), &ad).map_err(|e| e.to_string())?;
+        let (b, t) = (shape.batch, shape.block_size);
+        let (x, y) = (tokens(b, t, 1, &ad), tokens(b, t, 2, &ad));
+        let mut optim = AdamW::new(AdamWConfig {
+            beta1: 0.9,
+            beta2: 0.99,
+            eps: 1e-8,
+            weight_decay: 0.1,
+        });
+        let mut slot = Some(model);
+        // As `headlab train` runs its loop.
+        let _keep_pages = headlab_train::alloc::KeepFreedPages::new();
+        Ok(rule.measure(|| {
+            let model = slot.take().expect("model");
+            let loss = cross_entropy(model.forward(x.clone()), y.clone(), None);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            let norm = global_grad_norm(&model, &grads);
+            let scale = if norm > 1.0 { 1.0 / (norm + 1e-6) } else { 1.0 };
+            slot = Some(optim.step(model, &grads, 1e-3, scale));
+            ad.sync().expect("device sync");
+        }))
+    })
+}
+
+fn timing(ms: &[f64]) -> Value {
+    let (median, min, max) = crate::stats(ms.to_vec());
+    json!({ "median_ms": median, "min_ms": min, "max_ms": max, "samples": ms.len() })
+}
+
+/// `headlab-bench --step-worker SHAPE`: every backend's step in this process, one after the
+/// other, as `{ "columns": { backend: { timing } or { error } } }`.
+pub fn worker(shape: &Shape, backends: &[Backend], quick: bool) -> Value {
+    let rule = Rule::new(shape, quick);
+    let mut columns = serde_json::Map::new();
+    for &backend in backends {
+        let cell = match time_step(shape, backend, &rule) {
+            Ok(ms) => json!({ "timing": timing(&ms), "ms": ms }),
+            Err(e) => json!({ "error": e }),
+        };
+        columns.insert(backend.to_string(), cell);
+    }
+    json!({ "columns": columns })
+}
+
+/// What [`compare`] runs.
+pub struct Plan {
+    pub shapes: Vec<Shape>,
+    pub threads: Vec<usize>,
+    pub rounds: usize,
+    pub backends: Vec<Backend>,
+    /// The Python of a venv with torch; PyTorch's columns are left out without it.
+    pub torch_python: Option<PathBuf>,
+    pub torch_script: PathBuf,
+    pub quick: bool,
+}
+
+/// PyTorch's modes, each a column: eager with the default (foreach) AdamW, eager with
+/// `fused=True`, and `torch.compile` of the model and loss with the fused AdamW.
+pub const TORCH_MODES: [&str; 3] = ["eager", "fused", "compile"];
+
+/// Runs a command and parses the JSON it leaves: on stdout, or in `out` when given.
+fn run_json(cmd: &mut Command, out: Option<&Path>) -> Result<Value, String> {
+    let output = cmd
+        .output()
+        .map_err(|e| format!("cannot run {cmd:?}: {e}"))?;
+    if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: String = stderr.lines().rev().take(5).collect::<Vec<_>>().join(" | ");
+        return Err(format!("{cmd:?} failed ({}): {tail}", output.status));
+    }
+    let text = match out {
+        Some(path) => std::fs::read_to_string(path)
+            .map_err(|e| format!("{cmd:?} wrote no {}: {e}", path.display()))?,
+        None => String::from_utf8_lossy(&output.stdout).into_owned(),
+    };
+    serde_json::from_str(&text).map_err(|e| format!("{cmd:?} printed no JSON: {e}"))
+}
+
+/// The interleaved comparison: for every shape and thread count, `rounds` rounds of headlab's
+/// backends (a worker process with `RAYON_NUM_THREADS`) then PyTorch's modes (bench.py with
+/// `--threads`). Rows are `{shape, threads, round, column, timing | error}`; the FMA peak of
+/// each thread count is the MFU denominator of every column.
+pub fn compare(plan: &Plan, scratch: &Path) -> Value {
+    let isa = Isa::detect();
+    let (peak_s, peak_repeats) = if plan.quick { (0.05, 2) } else { (0.5, 5) };
+    let peaks: Vec<Value> = plan
+        .threads
+        .iter()
+        .map(|&n| {
+            let gflops = fma_peak(&isa, n, peak_s, peak_repeats);
+            eprintln!(
+                "step: FMA peak, {n} thread(s), {}: {gflops:.1} GFLOP/s",
+                isa.name
+            );
+            json!({ "threads": n, "gflops": gflops })
+        })
+        .collect();
+    let exe = std::env::current_exe().expect("the bench's own path");
+    let backends: Vec<String> = plan.backends.iter().map(|b| b.to_string()).collect();
+    let mut rows = Vec::new();
+    let mut torch_environment = Value::Null;
+    let mut shapes = Vec::new();
+    for shape in &plan.shapes {
+        shapes.push(json!({
+            "shape": shape.name, "config": shape.describe(),
+            "tokens_per_step": shape.batch * shape.block_size,
+            "flops_per_step": shape.flops_per_step(),
+        }));
+        for &threads in &plan.threads {
+            for round in 1..=plan.rounds {
+                let mut cells: Vec<(String, Value)> = Vec::new();
+                let mut cmd = Command::new(&exe);
+                cmd.arg("--step-worker")
+                    .arg(shape.name)
+                    .arg("--backends")
+                    .arg(backends.join(","))
+                    .env("RAYON_NUM_THREADS", threads.to_string());
+                if plan.quick {
+                    cmd.arg("--quick");
+                }
+                match run_json(&mut cmd, None) {
+                    Ok(v) => cells.extend(
+                        v["columns"]
+                            .as_object()
+                            .into_iter()
+                            .flatten()
+                            .map(|(k, c)| (k.clone(), c.clone())),
+                    ),
+                    Err(e) => {
+                        cells.extend(backends.iter().map(|b| (b.clone(), json!({ "error": e }))))
+                    }
+                }
+                if let Some(python) = &plan.torch_python {
+                    let out = scratch.join(format!("step-{}-{threads}-{round}.json", shape.name));
+                    let mut py = Command::new(python);
+                    py.arg(&plan.torch_script)
+                        .arg("step")
+                        .arg("--shape")
+                        .arg(shape.name)
+                        .arg("--threads")
+                        .arg(threads.to_string())
+                        .arg("--modes")
+                        .arg(TORCH_MODES.join(","))
+                        .arg("--out")
+                        .arg(&out);
+                    if plan.quick {
+                        py.arg("--quick");
+                    }
+                    match run_json(&mut py, Some(&out)) {
+                        Ok(v) => {
+                            if torch_environment.is_null() {
+                                torch_environment = v["environment"].clone();
+                            }
+                            for mode in TORCH_MODES {
+                                let cell = v["steps"].get(mode).cloned().unwrap_or_else(
+                                    || json!({ "error": "bench.py wrote no result" }),
+                                );
+                                cells.push((format!("torch {mode}"), cell));
+                            }
+                        }
+                        Err(e) => cells.extend(
+                            TORCH_MODES
+                                .iter()
+                                .map(|m| (format!("torch {m}"), json!({ "error": e }))),
+                        ),
+                    }
+                }
+                let line: Vec<String> = cells
+                    .iter()
+                    .map(|(c, v)| match v["timing"]["median_ms"].as_f64() {
+                        Some(ms) => format!("{c} {ms:.1} ms"),
+                        None => format!("{c} failed"),
+                    })
+                    .collect();
+                eprintln!(
+                    "step {} {threads}t round {round}/{}: {}",
+                    shape.name,
+                    plan.rounds,
+                    line.join(", ")
+                );
+                for (column, mut cell) in cells {
+                    if let Some(obj) = cell.as_object_mut() {
+                        obj.remove("ms");
+                        obj.remove("traceback");
+                    }
+                    let mut row = json!({
+                        "shape": shape.name, "threads": threads, "round": round, "column": column,
+                    });
+                    for (k, v) in cell.as_object().into_iter().flatten() {
+                        row[k] = v.clone();
+                    }
+                    rows.push(row);
+                }
+            }
+        }
+    }
+    json!({
+        "rounds": plan.rounds,
+        "threads": plan.threads,
+        "fma": { "isa": isa.name, "lanes": isa.lanes, "accumulators": isa.accumulators },
+        "fma_peak": peaks,
+        "shapes": shapes,
+        "rows": rows,
+        "torch_environment": torch_environment,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The FLOP count from the shapes, written out layer by layer: every weight matrix once
+    /// per token forward (2 FLOPs per multiply-add), the attention products as nanoGPT counts
+    /// them (all T keys), backward twice the forward; LayerNorm gains counted as weights, as
+    /// `6 N` does.
+    #[test]
+    fn flops_per_step_follow_nanogpts_estimate() {
+        for shape in SHAPES {
+            let (l, d, t, b, v) = (
+                shape.n_layers as f64,
+                shape.d_model as f64,
+                shape.block_size as f64,
+                shape.batch as f64,
+                VOCAB as f64,
+            );
+            // q, k, v, o (4 d^2) and the MLP (8 d^2) per layer; two LayerNorm gains per layer
+            // and the final one; the tied token table.
+            let n = l * (12.0 * d * d + 2.0 * d) + d + v * d;
+            let per_token = 6.0 * n + 12.0 * l * d * t;
+            let expected = per_token * b * t;
+            assert_eq!(shape.flops_per_step(), expected, "{}", shape.name);
+        }
+    }
+
+    #[test]
+    fn the_rule_takes_enough_samples_after_warming_up() {
+        let rule = Rule {
+            warm_s: 0.0,
+            measure_s: 0.0,
+            min_samples: 4,
+        };
+        let mut calls = 0;
+        let ms = rule.measure(|| calls += 1);
+        assert_eq!(ms.len(), 4);
+        // One untimed call and two warm-up calls before the samples.
+        assert_eq!(calls, 7);
+    }
+}
