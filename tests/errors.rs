@@ -554,3 +554,47 @@ fn misplaced_options_and_paths_say_what_to_use_instead() {
         &["checkpoint folder", "--checkpoint last"],
     );
 }
+
+#[test]
+fn export_errors_name_the_key_or_folder_and_write_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut args = vec!["train", "--out", "rope"];
+    args.extend_from_slice(TINY);
+    args.extend_from_slice(&["--set", "model.positional=rope"]);
+    let out = headlab(&args, dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fails(
+        dir,
+        &["export", "hf", "rope", "--out", "hf"],
+        &["[model] positional = rope", "learned"],
+    );
+    let run = trained(dir, "plain");
+    assert!(run.is_dir());
+    std::fs::create_dir(dir.join("taken")).unwrap();
+    std::fs::write(dir.join("taken/mine.txt"), "keep").unwrap();
+    fails(
+        dir,
+        &["export", "hf", "plain", "--out", "taken"],
+        &["taken", "not empty", "--out"],
+    );
+    fails(
+        dir,
+        &["export", "hf", "nowhere", "--out", "hf"],
+        &["nowhere"],
+    );
+    // And a good export writes the three files.
+    let out = headlab(&["export", "hf", "plain", "--out", "hf"], dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for file in ["config.json", "model.safetensors", "tokenizer.json"] {
+        assert!(dir.join("hf").join(file).is_file(), "{file}");
+    }
+}

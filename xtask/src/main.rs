@@ -17,11 +17,106 @@ struct Cli {
 enum Task {
     /// What CI checks: formatting, clippy with warnings as errors, then the test suite.
     Ci,
-    /// Benchmarks: matmul peak, attention op over T, batched heads vs a per-head loop, the
-    /// training step at nanoGPT's CPU recipe with MFU, generation with and without the KV
-    /// cache, and the recipe end to end on tiny-shakespeare. Writes
+    /// Benchmarks: matmul peak, attention op over T, batched heads vs a per-head loop,
+    /// generation with and without the KV cache, the training step against PyTorch's modes
+    /// in interleaved rounds (MFU of the FMA peak), and the recipe end to end. Writes
     /// bench/results/<date>-<host>[-quick][-tN][-partial][-2, -3, ...].json and .md.
     Bench(BenchArgs),
+    /// Exports a freshly trained run with `headlab export hf` and, with --with-torch, loads it
+    /// in Hugging Face transformers (tools/hf_interop.py, in the bench's venv): the tokenizer
+    /// must give the text back and the loss on it must match `headlab eval`'s.
+    Interop(InteropArgs),
+}
+
+/// `cargo xtask interop`.
+#[derive(Debug, Args)]
+struct InteropArgs {
+    /// Load the export in transformers (creates the venv of `bench --with-torch` on first
+    /// use); without it, only the export is made.
+    #[arg(long)]
+    with_torch: bool,
+}
+
+/// `cargo xtask interop`: train, export, and compare headlab's loss with transformers'.
+fn interop(args: InteropArgs) -> Result<()> {
+    let root = root();
+    run(cargo()
+        .current_dir(&root)
+        .args(["build", "--release", "--workspace"]))?;
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"));
+    let headlab = target.join("release/headlab");
+    let scratch = std::env::temp_dir().join(format!("headlab-interop-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let (run_dir, hf_dir) = (scratch.join("run"), scratch.join("hf"));
+    run(Command::new(&headlab)
+        .args(["train", "--set", "train.max_iters=300", "--out"])
+        .arg(&run_dir))?;
+    run(Command::new(&headlab)
+        .args(["export", "hf"])
+        .arg(&run_dir)
+        .arg("--out")
+        .arg(&hf_dir))?;
+    if !args.with_torch {
+        eprintln!(
+            "xtask: exported to {}; --with-torch loads it in transformers",
+            hf_dir.display()
+        );
+        return Ok(());
+    }
+    // The run's own sample holds only characters of its vocabulary.
+    let text = run_dir.join("sample.txt");
+    let ours = Command::new(&headlab)
+        .arg("eval")
+        .arg(&run_dir)
+        .arg("--file")
+        .arg(&text)
+        .output()?;
+    if !ours.status.success() {
+        bail!(
+            "headlab eval failed: {}",
+            String::from_utf8_lossy(&ours.stderr)
+        );
+    }
+    let ours = String::from_utf8_lossy(&ours.stdout).into_owned();
+    let loss_ours: f64 = ours
+        .split("loss ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .with_context(|| format!("no loss in headlab eval's output: {ours}"))?;
+    let python = torch_venv()?;
+    let theirs = Command::new(&python)
+        .current_dir(&root)
+        .arg("tools/hf_interop.py")
+        .arg(&hf_dir)
+        .arg(&text)
+        .output()?;
+    if !theirs.status.success() {
+        bail!(
+            "tools/hf_interop.py failed: {}",
+            String::from_utf8_lossy(&theirs.stderr)
+        );
+    }
+    let theirs: serde_json::Value =
+        serde_json::from_slice(&theirs.stdout).context("tools/hf_interop.py printed no JSON")?;
+    let loss_theirs = theirs["loss"]
+        .as_f64()
+        .context("no loss from transformers")?;
+    // headlab eval prints 4 decimals.
+    let gap = (loss_ours - loss_theirs).abs();
+    println!(
+        "interop: headlab eval {loss_ours:.4}, transformers {loss_theirs:.6} nats/token over {} \
+         tokens of {}: gap {gap:.1e}",
+        theirs["tokens"],
+        text.display()
+    );
+    std::fs::remove_dir_all(&scratch).ok();
+    if gap > 1.5e-4 {
+        bail!("transformers' loss differs from headlab's by {gap:.2e} (> 1.5e-4)");
+    }
+    Ok(())
 }
 
 fn cargo() -> Command {
@@ -49,7 +144,8 @@ struct BenchArgs {
     /// Backends, comma-separated.
     #[arg(long, default_value = "flex,ndarray")]
     backends: String,
-    /// Threads for headlab (RAYON_NUM_THREADS) and PyTorch (default: all cores).
+    /// Threads for headlab (RAYON_NUM_THREADS) and PyTorch (default: all cores); the training
+    /// step runs at --step-threads instead.
     #[arg(long)]
     threads: Option<usize>,
     /// Also run the PyTorch reference in bench/reference/ (creates a venv with torch in
@@ -204,7 +300,7 @@ fn torch_venv() -> Result<PathBuf> {
     let python = venv.join("bin/python");
     let has_torch = |p: &Path| {
         Command::new(p)
-            .args(["-c", "import torch"])
+            .args(["-c", "import torch, transformers"])
             .status()
             .is_ok_and(|s| s.success())
     };
@@ -216,7 +312,15 @@ fn torch_venv() -> Result<PathBuf> {
         venv.display()
     );
     run(Command::new("python3").arg("-m").arg("venv").arg(&venv))?;
-    run(Command::new(&python).args(["-m", "pip", "install", "-q", "torch", "numpy"]))?;
+    run(Command::new(&python).args([
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "torch",
+        "numpy",
+        "transformers",
+    ]))?;
     if !has_torch(&python) {
         bail!(
             "torch did not import after installing it into {}",
@@ -242,5 +346,6 @@ fn main() -> Result<()> {
             run(cargo().args(["test", "--release", "--workspace"]))
         }
         Task::Bench(args) => bench(args),
+        Task::Interop(args) => interop(args),
     }
 }

@@ -15,6 +15,7 @@ use headlab_train::trainer::TrainError;
 mod common;
 mod compare;
 mod eval;
+mod export;
 mod heads;
 mod lab;
 mod report;
@@ -55,6 +56,9 @@ enum Command {
     /// per phase and peak memory. Writes compare.md, compare.json, compare.png and
     /// compare-gap.png. Exits with 2 if a backend fails, naming where.
     Compare(compare::CompareArgs),
+    /// Write a trained run in another tool's format: `export hf RUN --out DIR` for Hugging
+    /// Face's GPT-2 (transformers, TransformerLens).
+    Export(export::ExportArgs),
 }
 
 /// Runs the command.
@@ -67,6 +71,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Report(args) => report::run(args),
         Command::Lab(args) => lab::run(args),
         Command::Compare(args) => compare::run(args),
+        Command::Export(args) => export::run(args),
     }
 }
 

@@ -13,7 +13,9 @@ use crate::tokenizer::{DEFAULT_BPE_VOCAB, MAX_BPE_VOCAB, MIN_BPE_VOCAB, Tokenize
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct DataConfig {
-    /// A UTF-8 text file, relative to the directory headlab runs in. Default: none.
+    /// A UTF-8 text file. Relative paths are read from the folder headlab runs in; in a
+    /// config file they are also looked up beside the file and in each folder above it
+    /// (`headlab_train::config::resolve_data_path`). Default: none.
     #[serde(default)]
     pub path: Option<PathBuf>,
     /// A built-in corpus: `grammar`, `induction` or `copy`. Default: none in a `[data]`

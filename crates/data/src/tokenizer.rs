@@ -226,6 +226,60 @@ impl Tokenizer {
         }
     }
 
+    /// This tokenizer as a Hugging Face `tokenizer.json`, with the same ids, so
+    /// `transformers` and `tokenizers` read exported models' text as headlab does. Char: a
+    /// word-level vocabulary over single characters (`Split` on `[\s\S]`, which both Rust's and
+    /// Python's (Oniguruma) regex engines read, isolates each one; `Fuse` joins
+    /// them back). Byte: GPT-2's byte-level mapping with no merges, so id = byte. BPE: its
+    /// own Hugging Face form.
+    pub fn to_huggingface_json(&self) -> String {
+        let chars_to_ids = |pairs: Vec<(String, u32)>| {
+            pairs
+                .into_iter()
+                .map(|(k, v)| (k, serde_json::Value::from(v)))
+                .collect::<serde_json::Map<_, _>>()
+        };
+        let (pre_tokenizer, model, decoder) = match self {
+            Tokenizer::Bpe { huggingface } => return huggingface.to_huggingface_json(),
+            Tokenizer::Char { vocab } => (
+                serde_json::json!({
+                    "type": "Split", "pattern": { "Regex": "[\\s\\S]" },
+                    "behavior": "Isolated", "invert": false
+                }),
+                serde_json::json!({
+                    "type": "WordLevel", "unk_token": "<unk>",
+                    "vocab": chars_to_ids(vocab.chars.iter().enumerate()
+                        .map(|(i, c)| (c.to_string(), i as u32)).collect()),
+                }),
+                serde_json::json!({ "type": "Fuse" }),
+            ),
+            Tokenizer::Byte => {
+                let byte_level = serde_json::json!({
+                    "type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+                    "use_regex": true
+                });
+                (
+                    byte_level.clone(),
+                    serde_json::json!({
+                        "type": "BPE", "dropout": null, "unk_token": null,
+                        "continuing_subword_prefix": null, "end_of_word_suffix": null,
+                        "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+                        "vocab": chars_to_ids((0..=255u8)
+                            .map(|b| (gpt2_byte_char(b).to_string(), u32::from(b))).collect()),
+                        "merges": [],
+                    }),
+                    byte_level,
+                )
+            }
+        };
+        serde_json::json!({
+            "version": "1.0", "truncation": null, "padding": null, "added_tokens": [],
+            "normalizer": null, "pre_tokenizer": pre_tokenizer, "post_processor": null,
+            "decoder": decoder, "model": model,
+        })
+        .to_string()
+    }
+
     /// Number of token ids; the model's embedding and output sizes.
     pub fn vocab_size(&self) -> usize {
         match self {
@@ -578,6 +632,18 @@ impl BpeTokenizer {
     }
 }
 
+/// The printable character GPT-2's byte-level tokenizers show byte `b` as: printable Latin-1
+/// bytes stand for themselves, the other 68 take the code points from U+0100 on, in byte
+/// order.
+fn gpt2_byte_char(b: u8) -> char {
+    let printable = |c: u8| matches!(c, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    if printable(b) {
+        return char::from(b);
+    }
+    let shifted = (0..b).filter(|&c| !printable(c)).count() as u32;
+    char::from_u32(256 + shifted).expect("U+0100..U+0143 are chars")
+}
+
 /// GPT-2's byte-level pre-tokenizer and decoder, without the leading space GPT-2 adds (so
 /// decoding gives back exactly the text).
 fn byte_level() -> ByteLevel {
@@ -711,6 +777,35 @@ mod tests {
 
     fn small_bpe() -> Tokenizer {
         Tokenizer::train_bpe(&BPE_CORPUS.repeat(20), 300).unwrap()
+    }
+
+    /// Hugging Face's own `tokenizers` reads each exported vocabulary and gives the same ids
+    /// and the same text back: what `transformers` sees in an exported model.
+    #[test]
+    fn hugging_face_reads_every_kind_with_the_same_ids_and_text() {
+        let text = "the cat sat on the mat.\nThe dog: ñandú, \u{1F600} and\ttabs!\n";
+        for tokenizer in [
+            Tokenizer::char_from_corpus(text).unwrap(),
+            Tokenizer::byte(),
+            small_bpe(),
+        ] {
+            let json = tokenizer.to_huggingface_json();
+            let hf = tokenizers::Tokenizer::from_str(&json)
+                .unwrap_or_else(|e| panic!("{:?}: {e}\n{json}", tokenizer.kind()));
+            let encoding = hf.encode(text, false).unwrap();
+            assert_eq!(
+                encoding.get_ids(),
+                tokenizer.encode(text).unwrap(),
+                "{:?}",
+                tokenizer.kind()
+            );
+            assert_eq!(hf.decode(encoding.get_ids(), false).unwrap(), text);
+        }
+        // GPT-2's table: printable bytes are themselves, the rest follow U+0100 in order.
+        assert_eq!(gpt2_byte_char(b'A'), 'A');
+        assert_eq!(gpt2_byte_char(0), '\u{100}');
+        assert_eq!(gpt2_byte_char(b' '), '\u{120}');
+        assert_eq!(gpt2_byte_char(0xAD), '\u{143}');
     }
 
     #[test]

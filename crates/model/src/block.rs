@@ -8,7 +8,7 @@ use burn::tensor::{Device, Tensor};
 use headlab_attention::{AttentionOptions, MultiHeadAttention, apply_rope};
 use headlab_kernels::linear_layer;
 
-use crate::config::{GptConfig, Norm};
+use crate::config::{Gelu, GptConfig, Norm};
 
 /// LayerNorm's epsilon, PyTorch's default (`burn::nn::LayerNorm` keeps its own private).
 pub(crate) const LN_EPSILON: f64 = 1e-5;
@@ -54,6 +54,9 @@ pub struct Mlp {
     pub c_proj: Linear,
     /// Dropout on the output.
     pub dropout: Dropout,
+    /// Which GELU runs between the two.
+    #[module(skip)]
+    pub gelu: Gelu,
 }
 
 impl Mlp {
@@ -63,15 +66,31 @@ impl Mlp {
             c_fc: gpt2_linear(d, ff, config.bias, 0.02, device),
             c_proj: gpt2_linear(ff, d, config.bias, config.residual_init_std(), device),
             dropout: DropoutConfig::new(config.dropout).init(),
+            gelu: config.gelu,
         }
     }
 
     /// # Shapes
     /// `[b, t, d_model] -> [b, t, d_model]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
-        let h = headlab_kernels::gelu(linear_layer(&self.c_fc, x));
+        let h = linear_layer(&self.c_fc, x);
+        let h = match self.gelu {
+            Gelu::Exact => headlab_kernels::gelu(h),
+            Gelu::Tanh => gelu_tanh(h),
+        };
         self.dropout.forward(linear_layer(&self.c_proj, h))
     }
+}
+
+/// GPT-2's GELU, `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, as Burn's ops. The cube is
+/// two products, not `powf`, which some backends leave undefined for negative `x`. GPT-2
+/// checkpoints are analysed and fine-tuned here, not trained from scratch, so it has no
+/// kernel of its own.
+pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    let sqrt_2_over_pi = (2.0 / std::f64::consts::PI).sqrt();
+    let cube = x.clone() * x.clone() * x.clone();
+    let inner = (x.clone() + cube * 0.044715) * sqrt_2_over_pi;
+    x * (inner.tanh() + 1.0) * 0.5
 }
 
 /// Keys and values of one layer for the positions seen so far, before grouped-query

@@ -66,6 +66,8 @@ pub struct GptConfig {
     /// Blocks without MLPs: the attention-only models used to study induction heads.
     /// Default false.
     pub attn_only: bool,
+    /// The MLP's GELU: `exact` or `tanh` (GPT-2's approximation). Default `exact`.
+    pub gelu: Gelu,
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -88,8 +90,21 @@ impl Default for GptConfig {
             norm: Norm::Pre,
             tie_embeddings: true,
             attn_only: false,
+            gelu: Gelu::Exact,
         }
     }
+}
+
+/// The MLP's activation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Gelu {
+    /// `x * Phi(x)` with the exact normal CDF (PyTorch's `nn.GELU()`, nanoGPT).
+    #[default]
+    Exact,
+    /// The tanh approximation `0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`, which GPT-2
+    /// was trained with (`gelu_new` in Hugging Face configs).
+    Tanh,
 }
 
 /// `with_<field>(value)` builders, as Burn's configs have them.
@@ -220,6 +235,7 @@ impl GptConfig {
         with_norm => norm: Norm,
         with_tie_embeddings => tie_embeddings: bool,
         with_attn_only => attn_only: bool,
+        with_gelu => gelu: Gelu,
     }
 
     /// Head width `d_model / n_heads` (0 when `n_heads` is 0; validate first).

@@ -22,7 +22,7 @@ pub mod io;
 mod tests;
 
 pub use block::{Block, BlockOptions, BlockOutput, LayerCache, Mlp};
-pub use config::{GptConfig, GptConfigError, Norm, Positional};
+pub use config::{Gelu, GptConfig, GptConfigError, Norm, Positional};
 pub use generate::{Decoder, GenerateError, Sampling};
 pub use gpt::{ForwardOptions, Gpt, GptOutput, KvCache, cross_entropy, sinusoidal_encoding};
 pub use headlab_attention as attention;

@@ -640,3 +640,30 @@ fn sublayers_add_up_to_the_logits_and_the_f64_cast_agrees() {
         );
     }
 }
+
+/// GPT-2's tanh GELU against the formula in f64, on both signs and in the tails, on every
+/// backend (wgpu included: a `powf` cube would be undefined there for negative inputs).
+#[test]
+fn tanh_gelu_matches_the_formula_in_f64() {
+    let xs: Vec<f32> = (-40..=40).map(|i| i as f32 * 0.25).collect();
+    let expected: Vec<f64> = xs
+        .iter()
+        .map(|&x| {
+            let x = x as f64;
+            let inner = (2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x);
+            0.5 * x * (1.0 + inner.tanh())
+        })
+        .collect();
+    let mut devices = cpu_devices();
+    devices.extend(wgpu_device().map(|d| ("wgpu", d)));
+    for (name, device) in devices {
+        let x = Tensor::<1>::from_data(TensorData::new(xs.clone(), [xs.len()]), &device);
+        let got = values(crate::block::gelu_tanh(x));
+        for ((g, e), x) in got.iter().zip(&expected).zip(&xs) {
+            assert!(
+                (*g as f64 - e).abs() < 1e-5 * (1.0 + e.abs()),
+                "{name}: gelu_tanh({x}) = {g}, formula {e}"
+            );
+        }
+    }
+}

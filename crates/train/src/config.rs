@@ -207,6 +207,23 @@ pub enum ValidationError {
     Data(#[from] DataConfigError),
 }
 
+/// Where a config file's relative `data.path` points: the folder headlab runs in first (as
+/// `--set data.path=...` is read), then the config file's folder and each folder above it,
+/// so `configs/x.toml` with `path = "datasets/..."` finds the repository's `datasets/`. The
+/// first that holds the file wins; when none does, the path is left as written and the error
+/// that reads it names it.
+pub fn resolve_data_path(path: &Path, config_file: &Path, cwd: &Path) -> PathBuf {
+    if path.is_absolute() || cwd.join(path).exists() {
+        return path.to_path_buf();
+    }
+    let folder = cwd.join(config_file.parent().unwrap_or(Path::new("")));
+    folder
+        .ancestors()
+        .map(|dir| dir.join(path))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| path.to_path_buf())
+}
+
 impl RunConfig {
     /// Parses TOML; `source_name` (usually the file name) prefixes errors, which carry
     /// line and column from the TOML parser and, for misspelt keys, a suggestion.
@@ -218,14 +235,20 @@ impl RunConfig {
         })
     }
 
-    /// Reads and parses a config file (not validated: apply `--set`s, then validate).
+    /// Reads and parses a config file (not validated: apply `--set`s, then validate). A
+    /// relative `data.path` is resolved by [`resolve_data_path`], so a shipped config finds
+    /// its text from any folder of the repository.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, ConfigError> {
         let path = path.as_ref();
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        Self::from_toml_str(&text, &path.display().to_string())
+        let mut config = Self::from_toml_str(&text, &path.display().to_string())?;
+        if let (Some(data), Ok(cwd)) = (&config.data.path, std::env::current_dir()) {
+            config.data.path = Some(resolve_data_path(data, path, &cwd));
+        }
+        Ok(config)
     }
 
     /// The configuration as TOML, for `config.toml` in a run directory. Unset optional
@@ -569,6 +592,42 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs")
     }
 
+    #[test]
+    fn a_relative_data_path_is_found_from_the_run_folder_then_beside_the_config_and_above() {
+        let tmp = tempfile::tempdir().unwrap();
+        let repo = tmp.path().join("repo");
+        let data = repo.join("datasets/t/input.txt");
+        std::fs::create_dir_all(data.parent().unwrap()).unwrap();
+        std::fs::create_dir_all(repo.join("configs/deep")).unwrap();
+        std::fs::write(&data, "text").unwrap();
+        let rel = Path::new("datasets/t/input.txt");
+        let config = Path::new("configs/deep/x.toml");
+        // From the repository root: the folder headlab runs in holds it.
+        assert_eq!(resolve_data_path(rel, config, &repo), rel);
+        // From elsewhere, with the config named relative to there: found above the config.
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
+        let config_from_elsewhere = Path::new("../repo/configs/deep/x.toml");
+        let found = resolve_data_path(rel, config_from_elsewhere, &elsewhere);
+        assert_eq!(
+            std::fs::canonicalize(found).unwrap(),
+            std::fs::canonicalize(&data).unwrap()
+        );
+        // The run folder wins over the config's when both hold the path.
+        let own = elsewhere.join(rel);
+        std::fs::create_dir_all(own.parent().unwrap()).unwrap();
+        std::fs::write(&own, "mine").unwrap();
+        assert_eq!(
+            resolve_data_path(rel, config_from_elsewhere, &elsewhere),
+            rel
+        );
+        // Nowhere: left as written, for the reader's error to name.
+        let missing = Path::new("datasets/none.txt");
+        assert_eq!(resolve_data_path(missing, config, &repo), missing);
+        // Absolute paths are never moved.
+        assert_eq!(resolve_data_path(&data, config, &elsewhere), data);
+    }
+
     fn set(assignment: &str) -> Result<RunConfig, ConfigError> {
         let mut c = RunConfig::default();
         c.apply_set(assignment)?;
@@ -614,10 +673,13 @@ mod tests {
             (0.9, 0.99, 0.1, 1.0)
         );
         assert_eq!(t.eval_iters, 200);
-        assert_eq!(
-            c.data.source().unwrap(),
-            DataSource::File("datasets/tinyshakespeare/input.txt".into())
-        );
+        // Tests run in crates/train: the relative path is found above the config, in the
+        // repository's datasets/.
+        let DataSource::File(path) = c.data.source().unwrap() else {
+            panic!("a file source")
+        };
+        assert!(path.ends_with("datasets/tinyshakespeare/input.txt"), "{path:?}");
+        assert!(path.is_file(), "{path:?}");
     }
 
     #[test]
@@ -804,7 +866,7 @@ mod tests {
             panic!("wrong variant")
         };
         assert_eq!(valid.len(), 19);
-        assert_eq!(section_fields("model").unwrap().len(), 12);
+        assert_eq!(section_fields("model").unwrap().len(), 13);
         assert_eq!(section_fields("data").unwrap().len(), 7);
         assert!(matches!(
             set("train.lr.x=1"),

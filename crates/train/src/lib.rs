@@ -22,6 +22,7 @@ pub mod compare;
 pub mod config;
 pub mod eval;
 pub mod grammar;
+pub mod hf;
 pub mod metrics;
 pub mod optim;
 pub mod rss;

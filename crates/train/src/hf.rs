@@ -1,0 +1,518 @@
+//! A trained model as a Hugging Face GPT-2 folder: `config.json`, `model.safetensors` and
+//! `tokenizer.json`, which `transformers`' `GPT2LMHeadModel.from_pretrained(DIR)` loads.
+//!
+//! The layout is GPT-2's: linear weights are `Conv1D`, stored `[in, out]`, which is also how
+//! Burn's `Linear` stores them, so nothing is transposed; q, k and v are fused into one
+//! `c_attn` of `[d_model, 3 d_model]`, q's columns first; a bias-free model gets zero biases;
+//! a tied head is left out of the file (GPT-2 ties it to `wte`), an untied one is written as
+//! `lm_head.weight`, `[vocab, d_model]` like PyTorch's `nn.Linear`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Tensor;
+use headlab_data::Tokenizer;
+use headlab_model::{Gelu, Gpt, GptConfig, Norm, Positional};
+use serde_json::{Value, json};
+use thiserror::Error;
+
+/// An export that cannot be made. Nothing is written when one is returned.
+#[derive(Debug, Error)]
+pub enum HfError {
+    /// GPT-2 has no way to say what the config says.
+    #[error(
+        "GPT-2 cannot express [model] {key} = {value}: {why}. Export a model trained with \
+         {key} = {gpt2}"
+    )]
+    Unsupported {
+        /// The `[model]` key.
+        key: &'static str,
+        /// Its value in this run.
+        value: String,
+        /// What GPT-2 has instead.
+        why: &'static str,
+        /// The value GPT-2 can express.
+        gpt2: &'static str,
+    },
+    /// The output folder is in the way.
+    #[error("{path} exists and is not empty: pass a new folder to --out (nothing was written)")]
+    OutExists {
+        /// The folder.
+        path: PathBuf,
+    },
+    /// Writing failed.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file or folder.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The safetensors encoder refused the tensors.
+    #[error("cannot encode the weights as safetensors: {0}")]
+    Encode(String),
+}
+
+/// GPT-2's `config.json` for `config`, or the first key GPT-2 cannot express.
+pub fn gpt2_config(config: &GptConfig) -> Result<Value, HfError> {
+    let unsupported = |key, value: String, why, gpt2| {
+        Err(HfError::Unsupported {
+            key,
+            value,
+            why,
+            gpt2,
+        })
+    };
+    if config.positional != Positional::Learned {
+        return unsupported(
+            "positional",
+            format!("{:?}", config.positional).to_lowercase(),
+            "it learns one embedding per position",
+            "\"learned\"",
+        );
+    }
+    if config.norm != Norm::Pre {
+        return unsupported(
+            "norm",
+            "\"post\"".into(),
+            "its LayerNorms come before each sublayer",
+            "\"pre\"",
+        );
+    }
+    if config.kv_heads() != config.n_heads {
+        return unsupported(
+            "n_kv_heads",
+            config.kv_heads().to_string(),
+            "every query head has its own keys and values",
+            "n_heads (or unset)",
+        );
+    }
+    if config.attn_only {
+        return unsupported(
+            "attn_only",
+            "true".into(),
+            "every block has an MLP",
+            "false",
+        );
+    }
+    Ok(json!({
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": config.vocab_size,
+        "n_positions": config.block_size,
+        "n_embd": config.d_model,
+        "n_layer": config.n_layers,
+        "n_head": config.n_heads,
+        "n_inner": config.mlp_width(),
+        "activation_function": match config.gelu {
+            Gelu::Exact => "gelu",
+            Gelu::Tanh => "gelu_new",
+        },
+        "layer_norm_epsilon": 1e-5,
+        "resid_pdrop": config.dropout,
+        "embd_pdrop": config.dropout,
+        "attn_pdrop": config.dropout,
+        "initializer_range": 0.02,
+        "scale_attn_weights": true,
+        "tie_word_embeddings": config.tie_embeddings,
+        "bos_token_id": null,
+        "eos_token_id": null,
+        "headlab": { "bias": config.bias },
+    }))
+}
+
+fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
+    t.into_data()
+        .try_into_vec_as::<f32>()
+        .expect("f32 parameters")
+}
+
+/// Every tensor of the GPT-2 state dict, named as `GPT2LMHeadModel` names them, with its
+/// shape and row-major values.
+pub fn gpt2_tensors(model: &Gpt) -> Vec<(String, Vec<usize>, Vec<f32>)> {
+    let c = &model.config;
+    let d = c.d_model;
+    let mut out = Vec::new();
+    let mut push = |name: String, shape: Vec<usize>, v: Vec<f32>| {
+        debug_assert_eq!(shape.iter().product::<usize>(), v.len(), "{name}");
+        out.push((name, shape, v));
+    };
+    // A missing bias or LayerNorm shift is zero.
+    let bias = |b: &Option<burn::module::Param<Tensor<1>>>, n: usize| {
+        b.as_ref().map_or_else(|| vec![0.0; n], |b| values(b.val()))
+    };
+    let ln = |push: &mut dyn FnMut(String, Vec<usize>, Vec<f32>),
+              name: &str,
+              l: &burn::nn::LayerNorm| {
+        push(format!("{name}.weight"), vec![d], values(l.gamma.val()));
+        push(format!("{name}.bias"), vec![d], bias(&l.beta, d));
+    };
+    push(
+        "transformer.wte.weight".into(),
+        vec![c.vocab_size, d],
+        values(model.wte.weight.val()),
+    );
+    if let Some(wpe) = &model.wpe {
+        push(
+            "transformer.wpe.weight".into(),
+            vec![c.block_size, d],
+            values(wpe.weight.val()),
+        );
+    }
+    for (i, block) in model.blocks.iter().enumerate() {
+        let p = format!("transformer.h.{i}");
+        ln(&mut push, &format!("{p}.ln_1"), &block.ln_1);
+        let attn = &block.attn;
+        // [d, d] x 3 -> [d, 3d]: row r of c_attn is row r of q, then of k, then of v.
+        let (q, k, v) = (
+            values(attn.q_proj.weight.val()),
+            values(attn.k_proj.weight.val()),
+            values(attn.v_proj.weight.val()),
+        );
+        let mut fused = Vec::with_capacity(3 * d * d);
+        for r in 0..d {
+            for w in [&q, &k, &v] {
+                fused.extend_from_slice(&w[r * d..(r + 1) * d]);
+            }
+        }
+        push(format!("{p}.attn.c_attn.weight"), vec![d, 3 * d], fused);
+        let mut fused_bias = bias(&attn.q_proj.bias, d);
+        fused_bias.extend(bias(&attn.k_proj.bias, d));
+        fused_bias.extend(bias(&attn.v_proj.bias, d));
+        push(format!("{p}.attn.c_attn.bias"), vec![3 * d], fused_bias);
+        push(
+            format!("{p}.attn.c_proj.weight"),
+            vec![d, d],
+            values(attn.o_proj.weight.val()),
+        );
+        push(
+            format!("{p}.attn.c_proj.bias"),
+            vec![d],
+            bias(&attn.o_proj.bias, d),
+        );
+        if let Some(ln_2) = &block.ln_2 {
+            ln(&mut push, &format!("{p}.ln_2"), ln_2);
+        }
+        if let Some(mlp) = &block.mlp {
+            let ff = c.mlp_width();
+            push(
+                format!("{p}.mlp.c_fc.weight"),
+                vec![d, ff],
+                values(mlp.c_fc.weight.val()),
+            );
+            push(
+                format!("{p}.mlp.c_fc.bias"),
+                vec![ff],
+                bias(&mlp.c_fc.bias, ff),
+            );
+            push(
+                format!("{p}.mlp.c_proj.weight"),
+                vec![ff, d],
+                values(mlp.c_proj.weight.val()),
+            );
+            push(
+                format!("{p}.mlp.c_proj.bias"),
+                vec![d],
+                bias(&mlp.c_proj.bias, d),
+            );
+        }
+    }
+    if let Some(ln_f) = &model.ln_f {
+        ln(&mut push, "transformer.ln_f", ln_f);
+    }
+    if let Some(head) = &model.lm_head {
+        // Burn's [d, vocab] -> nn.Linear's [vocab, d].
+        push(
+            "lm_head.weight".into(),
+            vec![c.vocab_size, d],
+            values(head.weight.val().transpose()),
+        );
+    }
+    out
+}
+
+/// Writes `model` and `tokenizer` as a GPT-2 folder at `out`, which must be new or empty.
+/// Everything is encoded before the first file is written; the files go to a sibling
+/// folder that is renamed into place, so a failed export leaves nothing behind.
+pub fn export_gpt2(model: &Gpt, tokenizer: &Tokenizer, out: &Path) -> Result<(), HfError> {
+    let config = gpt2_config(&model.config)?;
+    if out.exists() && std::fs::read_dir(out).map_or(true, |mut d| d.next().is_some()) {
+        return Err(HfError::OutExists {
+            path: out.to_path_buf(),
+        });
+    }
+    let tensors = gpt2_tensors(model);
+    let bytes: Vec<Vec<u8>> = tensors
+        .iter()
+        .map(|(_, _, v)| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        .collect();
+    let views = tensors
+        .iter()
+        .zip(&bytes)
+        .map(|((name, shape, _), b)| {
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, shape.clone(), b)
+                .map(|view| (name.clone(), view))
+                .map_err(|e| HfError::Encode(e.to_string()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
+    let weights = safetensors::serialize(views, Some(metadata))
+        .map_err(|e| HfError::Encode(e.to_string()))?;
+    let files = [
+        (
+            "config.json",
+            serde_json::to_vec_pretty(&config).expect("JSON"),
+        ),
+        ("model.safetensors", weights),
+        (
+            "tokenizer.json",
+            tokenizer.to_huggingface_json().into_bytes(),
+        ),
+    ];
+    let io = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| HfError::Io { path, source }
+    };
+    let name = out
+        .file_name()
+        .map_or("export".into(), |n| n.to_string_lossy().into_owned());
+    let staging = out.with_file_name(format!(".{name}.partial-{}", std::process::id()));
+    std::fs::create_dir_all(&staging).map_err(io(&staging))?;
+    let written = files.iter().try_for_each(|(file, data)| {
+        let path = staging.join(file);
+        std::fs::write(&path, data).map_err(io(&path))
+    });
+    let moved = written.and_then(|()| {
+        if out.exists() {
+            std::fs::remove_dir(out).map_err(io(out))?;
+        }
+        std::fs::rename(&staging, out).map_err(io(out))
+    });
+    if moved.is_err() {
+        std::fs::remove_dir_all(&staging).ok();
+    }
+    moved
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::module::{Module, ModuleMapper, Param};
+    use burn::tensor::{Device, Distribution, Int, TensorData};
+    use safetensors::SafeTensors;
+
+    /// Every weight scaled up and shifted by noise, so that biases, LayerNorm shifts and
+    /// the order of q, k and v all change the logits.
+    struct Perturb;
+    impl ModuleMapper for Perturb {
+        fn map_float<const D: usize>(&mut self, param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+            param.map(|t| {
+                let noise = Tensor::random(t.shape(), Distribution::Normal(0.0, 0.2), &t.device());
+                t * 10.0 + noise
+            })
+        }
+    }
+
+    /// GPT-2's forward pass in f64, written from its definition and reading the exported
+    /// file by GPT-2's tensor names in Conv1D's `[in, out]` layout: it shares no code with
+    /// the model or the export.
+    fn gpt2_logits_f64(file: &[u8], config: &Value, ids: &[usize]) -> Vec<Vec<f64>> {
+        let st = SafeTensors::deserialize(file).unwrap();
+        let get = |name: &str| -> Vec<f64> {
+            let t = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+            t.data()
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64)
+                .collect()
+        };
+        let n = |k: &str| config[k].as_u64().unwrap() as usize;
+        let (d, h, layers, vocab) = (n("n_embd"), n("n_head"), n("n_layer"), n("vocab_size"));
+        let (ff, dk) = (n("n_inner"), d / h);
+        // x [in] @ w [in, out] + b [out]
+        let affine = |x: &[f64], w: &[f64], b: &[f64]| -> Vec<f64> {
+            (0..b.len())
+                .map(|o| {
+                    b[o] + x
+                        .iter()
+                        .enumerate()
+                        .map(|(i, xi)| xi * w[i * b.len() + o])
+                        .sum::<f64>()
+                })
+                .collect()
+        };
+        let layer_norm = |x: &[f64], g: &[f64], b: &[f64]| -> Vec<f64> {
+            let mean = x.iter().sum::<f64>() / x.len() as f64;
+            let var = x.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / x.len() as f64;
+            x.iter()
+                .enumerate()
+                .map(|(i, v)| (v - mean) / (var + 1e-5).sqrt() * g[i] + b[i])
+                .collect()
+        };
+        let gelu_new = |x: f64| {
+            0.5 * x
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x.powi(3))).tanh())
+        };
+        let (wte, wpe) = (get("transformer.wte.weight"), get("transformer.wpe.weight"));
+        let mut xs: Vec<Vec<f64>> = ids
+            .iter()
+            .enumerate()
+            .map(|(p, &id)| (0..d).map(|j| wte[id * d + j] + wpe[p * d + j]).collect())
+            .collect();
+        for l in 0..layers {
+            let w = |s: &str| get(&format!("transformer.h.{l}.{s}"));
+            let qkv: Vec<Vec<f64>> = xs
+                .iter()
+                .map(|x| {
+                    affine(
+                        &layer_norm(x, &w("ln_1.weight"), &w("ln_1.bias")),
+                        &w("attn.c_attn.weight"),
+                        &w("attn.c_attn.bias"),
+                    )
+                })
+                .collect();
+            let mut attended = vec![vec![0.0; d]; xs.len()];
+            for head in 0..h {
+                for (t, out) in attended.iter_mut().enumerate() {
+                    let q = &qkv[t][head * dk..(head + 1) * dk];
+                    let scores: Vec<f64> = (0..=t)
+                        .map(|s| {
+                            let k = &qkv[s][d + head * dk..d + (head + 1) * dk];
+                            q.iter().zip(k).map(|(a, b)| a * b).sum::<f64>() / (dk as f64).sqrt()
+                        })
+                        .collect();
+                    let max = scores.iter().cloned().fold(f64::MIN, f64::max);
+                    let z: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+                    for (s, score) in scores.iter().enumerate() {
+                        let p = (score - max).exp() / z;
+                        for j in 0..dk {
+                            out[head * dk + j] += p * qkv[s][2 * d + head * dk + j];
+                        }
+                    }
+                }
+            }
+            for (x, a) in xs.iter_mut().zip(&attended) {
+                let o = affine(a, &w("attn.c_proj.weight"), &w("attn.c_proj.bias"));
+                x.iter_mut().zip(o).for_each(|(xi, oi)| *xi += oi);
+                let hidden = affine(
+                    &layer_norm(x, &w("ln_2.weight"), &w("ln_2.bias")),
+                    &w("mlp.c_fc.weight"),
+                    &w("mlp.c_fc.bias"),
+                );
+                assert_eq!(hidden.len(), ff);
+                let hidden: Vec<f64> = hidden.into_iter().map(gelu_new).collect();
+                let m = affine(&hidden, &w("mlp.c_proj.weight"), &w("mlp.c_proj.bias"));
+                x.iter_mut().zip(m).for_each(|(xi, mi)| *xi += mi);
+            }
+        }
+        let head = if config["tie_word_embeddings"] == true {
+            wte
+        } else {
+            get("lm_head.weight")
+        };
+        xs.iter()
+            .map(|x| {
+                let x = layer_norm(
+                    x,
+                    &get("transformer.ln_f.weight"),
+                    &get("transformer.ln_f.bias"),
+                );
+                (0..vocab)
+                    .map(|v| (0..d).map(|j| x[j] * head[v * d + j]).sum())
+                    .collect()
+            })
+            .collect()
+    }
+
+    fn model(bias: bool, tie: bool, device: &Device) -> Gpt {
+        let config = GptConfig::new(11)
+            .with_block_size(8)
+            .with_d_model(12)
+            .with_n_layers(2)
+            .with_n_heads(3)
+            .with_d_ff(Some(20))
+            .with_bias(bias)
+            .with_tie_embeddings(tie)
+            .with_gelu(Gelu::Tanh);
+        device.seed(5);
+        Gpt::new(&config, device).unwrap().map(&mut Perturb)
+    }
+
+    #[test]
+    fn exported_weights_give_gpt2s_logits_computed_from_its_definition() {
+        let device = Device::flex();
+        let tokenizer = Tokenizer::byte();
+        let ids = [3usize, 1, 4, 1, 5, 9, 2, 6];
+        for (bias, tie) in [(true, true), (false, true), (true, false)] {
+            let model = model(bias, tie, &device);
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("gpt2");
+            export_gpt2(&model, &tokenizer, &out).unwrap();
+            let config: Value =
+                serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
+            assert_eq!(config["activation_function"], "gelu_new");
+            let file = std::fs::read(out.join("model.safetensors")).unwrap();
+            let expected = gpt2_logits_f64(&file, &config, &ids);
+            let input: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
+            let input =
+                Tensor::<2, Int>::from_data(TensorData::new(input, [1, ids.len()]), &device);
+            let got = values(model.forward(input));
+            let vocab = 11;
+            let mut worst = 0f64;
+            for (t, row) in expected.iter().enumerate() {
+                for (v, e) in row.iter().enumerate() {
+                    let g = got[t * vocab + v] as f64;
+                    worst = worst.max((g - e).abs() / (1.0 + e.abs()));
+                }
+            }
+            assert!(
+                worst < 1e-4,
+                "bias {bias}, tied {tie}: worst relative error {worst}"
+            );
+            let tensors = SafeTensors::deserialize(&file).unwrap();
+            let names: Vec<String> = tensors.names().into_iter().map(String::from).collect();
+            assert_eq!(names.contains(&"lm_head.weight".to_string()), !tie);
+        }
+    }
+
+    #[test]
+    fn what_gpt2_cannot_express_is_named_and_nothing_is_written() {
+        let device = Device::flex();
+        let base = GptConfig::new(11)
+            .with_block_size(8)
+            .with_d_model(12)
+            .with_n_heads(3);
+        let cases = [
+            (base.clone().with_positional(Positional::Rope), "positional"),
+            (
+                base.clone().with_positional(Positional::Sinusoidal),
+                "positional",
+            ),
+            (base.clone().with_norm(Norm::Post), "norm"),
+            (base.clone().with_n_kv_heads(Some(1)), "n_kv_heads"),
+            (base.clone().with_attn_only(true), "attn_only"),
+        ];
+        for (config, key) in cases {
+            let model = Gpt::new(&config, &device).unwrap();
+            let dir = tempfile::tempdir().unwrap();
+            let out = dir.path().join("gpt2");
+            let err = export_gpt2(&model, &Tokenizer::byte(), &out).unwrap_err();
+            assert!(
+                err.to_string().contains(&format!("[model] {key} =")),
+                "{err}"
+            );
+            assert!(!out.exists());
+            assert_eq!(
+                std::fs::read_dir(dir.path()).unwrap().count(),
+                0,
+                "{key}: left files"
+            );
+        }
+        // An occupied folder is refused, and kept as it was.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("mine.txt"), "keep").unwrap();
+        let model = Gpt::new(&base, &device).unwrap();
+        let err = export_gpt2(&model, &Tokenizer::byte(), dir.path()).unwrap_err();
+        assert!(matches!(err, HfError::OutExists { .. }), "{err}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}
