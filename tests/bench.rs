@@ -187,7 +187,7 @@ END
             .map(|(_, m)| m.trim());
         if let Some(model) = model {
             assert_eq!(report["cpu"]["model"], model);
-            assert!(md.contains(&format!("cores of {model} (")), "{md}");
+            assert!(md.contains(&format!("cores of {model}")), "{md}");
         }
     }
 

@@ -3,12 +3,12 @@
 //!
 //! Sections, each per backend: the matmul peak (`matmul`), the attention op alone forward
 //! and forward+backward over T (`attention`), all heads batched vs the per-head loop
-//! reference (`heads`), one training step at nanoGPT's CPU recipe with its MFU
-//! (`train_step`), and generation with and without the KV cache (`generation`).
-//! Criterion times the first four (warm-up, flat sampling, per-iteration samples kept);
+//! reference (`heads`), and generation with and without the KV cache (`generation`).
+//! Criterion times the first three (warm-up, flat sampling, per-iteration samples kept);
 //! generation is too slow per call for that and is timed by repeating whole generations.
-//! Then the nanoGPT CPU recipe end to end on tiny-shakespeare (`recipe`), when the text is
-//! there. Writes `<results>/<date>-<host>[-quick].json` and a markdown report beside it, with
+//! Then the training step (`train_step`, [`step`]): every backend against PyTorch's modes
+//! in interleaved rounds, MFU against the FMA peak ([`peak`]). Then the nanoGPT CPU recipe
+//! end to end on tiny-shakespeare (`recipe`), when the text is there. Writes `<results>/<date>-<host>[-quick].json` and a markdown report beside it, with
 //! headlab / PyTorch ratios when `--torch-json` gives the reference's results.
 //!
 //! `headlab-bench --help` lists the arguments.
@@ -76,6 +76,10 @@ struct Args {
     /// with --quick).
     #[arg(long, value_delimiter = ',')]
     step_shapes: Vec<String>,
+    /// Only write the markdown report of an existing result JSON, beside it (after a change
+    /// to the report's layout; the measurements are the file's).
+    #[arg(long, value_name = "JSON")]
+    render: Option<PathBuf>,
     /// Internal: time the step at this shape on --backends and print JSON (one round's
     /// headlab columns, run in a process of its own so its thread count can differ).
     #[arg(long, hide = true)]
@@ -194,8 +198,7 @@ fn random<const D: usize>(shape: [usize; D], device: &Device) -> Tensor<D> {
 
 /// The square matmul peak: Burn's `matmul` on the backend, and on the CPU backends also
 /// headlab's `linear` kernel (the gemm crate on the backend's buffers), which is what the
-/// training step's layers run. MFU is taken against the faster of the two: on ndarray the
-/// kernel outruns the backend's own matmul, so its peak alone would put MFU above 100%.
+/// training step's layers run. (MFU divides by the FMA peak of `peak.rs`, not by these.)
 fn matmul(bench: &mut Bench, backend: Backend, device: &Device, n: usize) -> Vec<Value> {
     let a = random([n, n], device);
     let b = random([n, n], device);
@@ -491,6 +494,17 @@ fn measure_backend(
 fn bench() {
     let args = parse_args();
     let quick = args.quick;
+    if let Some(json_path) = &args.render {
+        let text = std::fs::read_to_string(json_path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", json_path.display()));
+        let out: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("{} is not a bench result: {e}", json_path.display()));
+        let md_path = json_path.with_extension("md");
+        std::fs::write(&md_path, headlab_report::bench::bench_markdown(&out))
+            .expect("writing the report");
+        eprintln!("wrote {}", md_path.display());
+        return;
+    }
     if let Some(name) = &args.step_worker {
         let shape = step::Shape::by_name(name)
             .unwrap_or_else(|| panic!("--step-worker {name}: not a shape of step.rs"));
@@ -791,6 +805,10 @@ fn cpu() -> Value {
     .collect();
     json!({
         "model": field("model name").unwrap_or_else(|| "unknown".into()),
+        // A VM may name its CPU only "AMD EPYC": family and model tell Zen 4 (25, 17) from
+        // Zen 5 (26, ...).
+        "family": field("cpu family"),
+        "model_number": field("model"),
         "simd": if flags.is_empty() { "unknown" } else { simd },
         "flags": simd_flags,
     })

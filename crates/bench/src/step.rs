@@ -252,6 +252,7 @@ pub fn compare(plan: &Plan, scratch: &Path) -> Value {
     let backends: Vec<String> = plan.backends.iter().map(|b| b.to_string()).collect();
     let mut rows = Vec::new();
     let mut torch_environment = Value::Null;
+    let mut torch_parallel_info = json!({});
     let mut shapes = Vec::new();
     for shape in &plan.shapes {
         shapes.push(json!({
@@ -304,6 +305,9 @@ pub fn compare(plan: &Plan, scratch: &Path) -> Value {
                             if torch_environment.is_null() {
                                 torch_environment = v["environment"].clone();
                             }
+                            // Threading is configured per call: keep each count's own.
+                            torch_parallel_info[threads.to_string()] =
+                                v["environment"]["parallel_info"].clone();
                             for mode in TORCH_MODES {
                                 let cell = v["steps"].get(mode).cloned().unwrap_or_else(
                                     || json!({ "error": "bench.py wrote no result" }),
@@ -355,6 +359,7 @@ pub fn compare(plan: &Plan, scratch: &Path) -> Value {
         "shapes": shapes,
         "rows": rows,
         "torch_environment": torch_environment,
+        "torch_parallel_info": torch_parallel_info,
     })
 }
 

@@ -51,7 +51,19 @@ pub fn bench_markdown(out: &Value) -> String {
         out["date"].as_str().unwrap_or("?"),
         out["host"].as_str().unwrap_or("?"),
         out["cores"],
-        out["cpu"]["model"].as_str().unwrap_or("an unrecorded CPU"),
+        match (
+            out["cpu"]["family"].as_str(),
+            out["cpu"]["model_number"].as_str()
+        ) {
+            (Some(f), Some(m)) => format!(
+                "{}, family {f} model {m}",
+                out["cpu"]["model"].as_str().unwrap_or("an unrecorded CPU")
+            ),
+            _ => out["cpu"]["model"]
+                .as_str()
+                .unwrap_or("an unrecorded CPU")
+                .to_string(),
+        },
         out["cpu"]["simd"].as_str().unwrap_or("?"),
         if flags.is_empty() {
             "unrecorded".to_string()
@@ -101,7 +113,7 @@ fn matmul_section(out: &Value) -> String {
     let torch = &out["torch"];
     let mut s = String::new();
     let torch_peak = torch["matmul"][0]["gflops"].as_f64();
-    s += "\n## Matmul peak (square f32 matmul)\n\n`burn` is the backend's `matmul`, `headlab` the kernels' `linear` (the gemm crate on the backend's buffers, what the training step's layers run). MFU below is taken against the faster of the two.\n\n| backend | kernel | n | ms | GFLOP/s |\n|---|---|---|---|---|\n";
+    s += "\n## Matmul peak (square f32 matmul)\n\n`burn` is the backend's `matmul`, `headlab` the kernels' `linear` (the gemm crate on the backend's buffers, what the training step's layers run). MFU below divides by the FMA peak instead, the same for every column.\n\n| backend | kernel | n | ms | GFLOP/s |\n|---|---|---|---|---|\n";
     for r in rows(out, "matmul") {
         s += &format!(
             "| {} | {} | {} | {} | {:.1} |\n",
@@ -394,7 +406,6 @@ fn torch_environment(env: &Value) -> String {
         "oneDNN",
         "MKL-DNN",
         "parallel backend",
-        "get_num_threads",
     ];
     let text = format!(
         "{}\n{}",
