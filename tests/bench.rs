@@ -178,6 +178,24 @@ END
     );
     assert_eq!(report["torch"], torch);
 
+    // --render redraws the report from the JSON alone, the same text.
+    let copy = dir.join("copy.json");
+    std::fs::copy(json_path, &copy).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_headlab-bench"))
+        .arg("--render")
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        std::fs::read_to_string(copy.with_extension("md")).unwrap(),
+        md
+    );
+
     // The CPU is named in both files, as /proc/cpuinfo's first "model name" line has it.
     if let Ok(info) = std::fs::read_to_string("/proc/cpuinfo") {
         let model = info

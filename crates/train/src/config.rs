@@ -678,7 +678,10 @@ mod tests {
         let DataSource::File(path) = c.data.source().unwrap() else {
             panic!("a file source")
         };
-        assert!(path.ends_with("datasets/tinyshakespeare/input.txt"), "{path:?}");
+        assert!(
+            path.ends_with("datasets/tinyshakespeare/input.txt"),
+            "{path:?}"
+        );
         assert!(path.is_file(), "{path:?}");
     }
 
