@@ -50,7 +50,8 @@ for i in $(seq 2 99); do [ -e "$out" ] || break; out=$stem-$i.md; done
 # What the numbers hold for, as every result file records it.
 cpu=$(awk -F': ' '/^model name/ {m=$2} /^cpu family/ {f=$2} /^model\t/ {n=$2} END {print m ", family " f " model " n}' /proc/cpuinfo)
 torch_info=$("$python" -c 'import torch; print(torch.__version__, "with ATen", torch.backends.cpu.get_cpu_capability(), "kernels,", torch.get_num_threads(), "threads")')
-header="Made by \`bench/recipe-seeds.sh ${seeds[*]}\` on $(date -u +%F) on $(hostname -s): $(nproc) cores of $cpu; $("$headlab" --version) on flex with RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-unset}; PyTorch $torch_info."
+flags=$(grep -m1 '^flags' /proc/cpuinfo | tr ' ' '\n' | grep -x -E 'avx|avx2|fma|avx512f|avx512bw|avx512vl|avx512dq|avx512_vnni|avx512_bf16|amx_tile' | tr '\n' ' ')
+header="Made by \`bench/recipe-seeds.sh ${seeds[*]}\` on $(date -u +%F) on $(hostname -s): $(nproc) cores of $cpu (flags: ${flags% }); $("$headlab" --version) on flex with RAYON_NUM_THREADS=${RAYON_NUM_THREADS:-unset}; PyTorch $torch_info."
 printf '%s\n' "${rows[@]}" | HEADER="$header" "$python" -c '
 import statistics, sys
 rows = [line.split() for line in sys.stdin if line.strip()]
