@@ -26,6 +26,8 @@ use headlab_model::attention::{
     AttentionOptions, MultiHeadAttentionConfig, flash_attention, fused_attention, naive_attention,
 };
 use headlab_model::{Decoder, Gpt, GptConfig};
+// Median, min and max.
+use headlab_report::bench::spread as stats;
 use headlab_train::backend::Backend;
 use headlab_train::rss;
 use serde_json::{Value, json};
@@ -138,21 +140,7 @@ fn samples(dir: &Path, group: &str, function: &str, param: &str) -> Vec<f64> {
         .collect()
 }
 
-/// Median, min and max.
-fn stats(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n == 0 {
-        return (f64::NAN, f64::NAN, f64::NAN);
-    }
-    let median = if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    };
-    (median, v[0], v[n - 1])
-}
-
+/// `{median_ms, min_ms, max_ms, samples}` of per-call milliseconds.
 fn timing(ms: &[f64]) -> Value {
     let (median, min, max) = stats(ms.to_vec());
     json!({ "median_ms": median, "min_ms": min, "max_ms": max, "samples": ms.len() })

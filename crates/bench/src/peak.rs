@@ -56,6 +56,11 @@ impl Isa {
             };
         }
         #[allow(unreachable_code)]
+        Self::scalar()
+    }
+
+    /// The portable loop, for CPUs without a SIMD build here.
+    fn scalar() -> Self {
         Self {
             name: "scalar",
             lanes: 1,
@@ -106,16 +111,6 @@ pub fn fma_peak(isa: &Isa, threads: usize, seconds: f64, repeats: usize) -> f64 
 
 const SCALAR_ACC: usize = 8;
 
-fn fma_scalar(iters: u64, x0: f32, m: f32, a: f32) -> f32 {
-    let mut acc = [x0; SCALAR_ACC];
-    for _ in 0..iters {
-        for x in &mut acc {
-            *x = x.mul_add(m, a);
-        }
-    }
-    acc.iter().sum()
-}
-
 /// `iters` rounds of `acc = fma(acc, m, a)` on named accumulators, one local variable each:
 /// an array of vectors is not kept in registers reliably (LLVM spilled part of one to the
 /// stack, which halved the rate).
@@ -127,6 +122,16 @@ macro_rules! fma_chains {
         }
         0.0 $(+ $reduce($acc))+
     }};
+}
+
+fn fma_scalar(iters: u64, x0: f32, m: f32, a: f32) -> f32 {
+    fma_chains!(
+        |x: f32| x.mul_add(m, a),
+        iters,
+        x0,
+        [c0, c1, c2, c3, c4, c5, c6, c7],
+        |x: f32| x
+    )
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -222,7 +227,12 @@ mod tests {
     /// computed in f64, and one iteration fewer would be off by far more than f32 rounding.
     #[test]
     fn the_peak_loop_computes_every_fma_it_counts() {
-        let isa = Isa::detect();
+        for isa in [Isa::detect(), Isa::scalar()] {
+            check_loop(&isa);
+        }
+    }
+
+    fn check_loop(isa: &Isa) {
         let (iters, x0, m, a) = (1000u64, 1.0f32, 0.999f32, 1e-4f32);
         let chain = |n: u64| (0..n).fold(x0 as f64, |x, _| x * m as f64 + a as f64);
         let per_lane = (isa.lanes * isa.accumulators) as f64;

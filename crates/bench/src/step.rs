@@ -175,11 +175,6 @@ fn time_step(shape: &Shape, backend: Backend, rule: &Rule) -> Result<Vec<f64>, S
     })
 }
 
-fn timing(ms: &[f64]) -> Value {
-    let (median, min, max) = crate::stats(ms.to_vec());
-    json!({ "median_ms": median, "min_ms": min, "max_ms": max, "samples": ms.len() })
-}
-
 /// `headlab-bench --step-worker SHAPE`: every backend's step in this process, one after the
 /// other, as `{ "columns": { backend: { timing } or { error } } }`.
 pub fn worker(shape: &Shape, backends: &[Backend], quick: bool) -> Value {
@@ -187,7 +182,7 @@ pub fn worker(shape: &Shape, backends: &[Backend], quick: bool) -> Value {
     let mut columns = serde_json::Map::new();
     for &backend in backends {
         let cell = match time_step(shape, backend, &rule) {
-            Ok(ms) => json!({ "timing": timing(&ms), "ms": ms }),
+            Ok(ms) => json!({ "timing": crate::timing(&ms), "ms": ms }),
             Err(e) => json!({ "error": e }),
         };
         columns.insert(backend.to_string(), cell);

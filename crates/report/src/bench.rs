@@ -205,8 +205,9 @@ pub fn verdict(min: f64, max: f64) -> &'static str {
     }
 }
 
-/// The median of `v` and its min-max (NaN when empty).
-fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
+/// The median of `v` and its min-max, over its finite values (NaN when none): the bench's
+/// timings and this report's ratios share it.
+pub fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
     v.retain(|x| x.is_finite());
     v.sort_by(f64::total_cmp);
     let n = v.len();
