@@ -598,3 +598,96 @@ fn export_errors_name_the_key_or_folder_and_write_nothing() {
         assert!(dir.join("hf").join(file).is_file(), "{file}");
     }
 }
+
+/// `import` refuses what it cannot read with one line that names the file and the fix, and
+/// leaves no run behind.
+#[test]
+fn import_errors_name_the_file_and_write_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let hf = fixtures.join("hf-gpt2-tiny");
+    let copy = |name: &str| {
+        let to = dir.join(name);
+        std::fs::create_dir(&to).unwrap();
+        for f in ["config.json", "model.safetensors", "tokenizer.json"] {
+            std::fs::copy(hf.join(f), to.join(f)).unwrap();
+        }
+        to
+    };
+    let truncated = copy("truncated");
+    let bytes = std::fs::read(truncated.join("model.safetensors")).unwrap();
+    std::fs::write(truncated.join("model.safetensors"), &bytes[..1000]).unwrap();
+    let pickled = copy("pickled");
+    std::fs::rename(
+        pickled.join("model.safetensors"),
+        pickled.join("pytorch_model.bin"),
+    )
+    .unwrap();
+    let llama = copy("llama");
+    let config = std::fs::read_to_string(llama.join("config.json")).unwrap();
+    std::fs::write(
+        llama.join("config.json"),
+        config.replace("\"gpt2\"", "\"llama\""),
+    )
+    .unwrap();
+    let wide = copy("wide");
+    let config = std::fs::read_to_string(wide.join("config.json")).unwrap();
+    std::fs::write(
+        wide.join("config.json"),
+        config.replace("\"n_embd\": 32", "\"n_embd\": 64"),
+    )
+    .unwrap();
+    let nano = fixtures.join("nanogpt-tiny");
+    let ckpt = nano.join("ckpt.pt");
+    let evil = nano.join("evil-meta.pkl");
+    let s = |p: &Path| p.to_str().unwrap().to_string();
+    let cases: Vec<(Vec<String>, Vec<&str>)> = vec![
+        (
+            vec!["hf".into(), "nowhere".into()],
+            vec!["nowhere", "folder"],
+        ),
+        (
+            vec!["hf".into(), "truncated".into()],
+            vec!["model.safetensors cannot be read", "download it again"],
+        ),
+        (
+            vec!["hf".into(), "pickled".into()],
+            vec![
+                "pytorch_model.bin",
+                "never unpickles",
+                "safe_serialization=True",
+            ],
+        ),
+        (
+            vec!["hf".into(), "llama".into()],
+            vec!["model_type = \"llama\"", "GPT-2-family"],
+        ),
+        (
+            vec!["hf".into(), "wide".into()],
+            vec!["transformer.wte.weight", "[300, 32]", "[300, 64]"],
+        ),
+        (
+            vec!["nanogpt".into(), s(&ckpt), "--meta".into(), s(&evil)],
+            vec!["evil-meta.pkl", "posix.system", "ran nothing"],
+        ),
+        (
+            vec!["nanogpt".into(), s(&hf.join("model.safetensors"))],
+            vec!["model.safetensors", "not a PyTorch checkpoint"],
+        ),
+    ];
+    for (rest, parts) in cases {
+        let mut args = vec!["import"];
+        args.extend(rest.iter().map(String::as_str));
+        args.extend(["--out", "imported"]);
+        let stderr = fails(dir, &args, &parts);
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+    // A run in the way is refused too (and kept).
+    std::fs::create_dir(dir.join("taken")).unwrap();
+    fails(
+        dir,
+        &["import", "hf", hf.to_str().unwrap(), "--out", "taken"],
+        &["taken", "already exists"],
+    );
+}

@@ -325,3 +325,67 @@ fn a_short_lab_induction_run_forms_an_induction_head() {
         assert!(dir.path().join("lab").join(f).is_file(), "{f} missing");
     }
 }
+
+/// A run exported to Hugging Face's format and imported back is the same model to every
+/// command: `eval` gives the same loss on a text, `heads` the same pattern scores.
+#[test]
+fn an_exported_and_reimported_run_has_the_same_loss_and_head_scores() {
+    let dir = tempfile::tempdir().unwrap();
+    let train = [
+        "train",
+        "--out",
+        "g",
+        "--set",
+        "model.block_size=24",
+        "--set",
+        "model.d_model=32",
+        "--set",
+        "model.n_heads=4",
+        "--set",
+        "model.bias=false",
+        "--set",
+        "train.batch_size=8",
+        "--set",
+        "train.max_iters=30",
+        "--set",
+        "train.eval_interval=30",
+        "--set",
+        "train.eval_iters=2",
+        "--set",
+        "train.sample_tokens=10",
+        "--set",
+        "train.track_heads_every=0",
+        "--set",
+        "data.builtin_chars=20000",
+    ];
+    ok(&headlab(&train, dir.path()));
+    ok(&headlab(&["export", "hf", "g", "--out", "hf"], dir.path()));
+    ok(&headlab(
+        &["import", "hf", "hf", "--out", "back"],
+        dir.path(),
+    ));
+    let text = "the spy sees the dogs. the dog sees the spy.";
+    std::fs::write(dir.path().join("t.txt"), text).unwrap();
+    let loss = |run: &str| ok(&headlab(&["eval", run, "--file", "t.txt"], dir.path()));
+    let (before, after) = (loss("g"), loss("back"));
+    assert!(before.contains("loss"), "{before}");
+    assert_eq!(before, after);
+    let scores = |run: &str| -> Vec<f64> {
+        ok(&headlab(&["heads", run, "--text", text], dir.path()));
+        let path = dir.path().join(run).join("heads/heads.json");
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        json.as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                ["previous_token", "first_token", "entropy"].map(|k| r[k].as_f64().unwrap())
+            })
+            .collect()
+    };
+    let (before, after) = (scores("g"), scores("back"));
+    assert_eq!(before.len(), 2 * 4 * 3);
+    for (b, a) in before.iter().zip(&after) {
+        assert!((b - a).abs() < 1e-6, "{before:?}\n{after:?}");
+    }
+}

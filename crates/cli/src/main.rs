@@ -17,6 +17,7 @@ mod compare;
 mod eval;
 mod export;
 mod heads;
+mod import;
 mod lab;
 mod report;
 mod sample;
@@ -59,6 +60,9 @@ enum Command {
     /// Write a trained run in another tool's format: `export hf RUN --out DIR` for Hugging
     /// Face's GPT-2 (transformers, TransformerLens).
     Export(export::ExportArgs),
+    /// Read a model trained elsewhere (a Hugging Face GPT-2 folder, a nanoGPT checkpoint)
+    /// into a run directory, to sample from, evaluate, analyse its heads or fine-tune.
+    Import(import::ImportArgs),
 }
 
 /// Runs the command.
@@ -72,6 +76,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Lab(args) => lab::run(args),
         Command::Compare(args) => compare::run(args),
         Command::Export(args) => export::run(args),
+        Command::Import(args) => import::run(args),
     }
 }
 

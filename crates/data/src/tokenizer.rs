@@ -109,6 +109,9 @@ pub enum TokenizerError {
     BpeVocabSize(usize),
     #[error("byte-level BPE: {0}")]
     Bpe(String),
+    /// A tokenizer from another tool that headlab cannot use as it is.
+    #[error("not a tokenizer headlab can read: {0}")]
+    Foreign(String),
     #[error("cannot read tokenizer file {}: {source}", path.display())]
     Read {
         path: PathBuf,
@@ -180,8 +183,14 @@ pub enum Tokenizer {
     Char { vocab: CharVocab },
     /// Token id = byte value.
     Byte,
-    /// A byte-level BPE (GPT-2 style): ids 0..256 are the bytes, the rest merges.
-    Bpe { huggingface: Box<BpeTokenizer> },
+    /// A byte-level BPE (GPT-2 style). A BPE headlab trained cuts text into lines before
+    /// encoding (its tokens never cross one); an imported one (`whole_text`) encodes a text
+    /// whole, exactly as `tokenizers` does, since its whitespace tokens may span lines.
+    Bpe {
+        huggingface: Box<BpeTokenizer>,
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        whole_text: bool,
+    },
 }
 
 impl Tokenizer {
@@ -205,6 +214,7 @@ impl Tokenizer {
     pub fn train_bpe(corpus: &str, vocab_size: usize) -> Result<Self, TokenizerError> {
         Ok(Tokenizer::Bpe {
             huggingface: Box::new(BpeTokenizer::train(corpus, vocab_size)?),
+            whole_text: false,
         })
     }
 
@@ -240,7 +250,7 @@ impl Tokenizer {
                 .collect::<serde_json::Map<_, _>>()
         };
         let (pre_tokenizer, model, decoder) = match self {
-            Tokenizer::Bpe { huggingface } => return huggingface.to_huggingface_json(),
+            Tokenizer::Bpe { huggingface, .. } => return huggingface.to_huggingface_json(),
             Tokenizer::Char { vocab } => (
                 serde_json::json!({
                     "type": "Split", "pattern": { "Regex": "[\\s\\S]" },
@@ -280,12 +290,111 @@ impl Tokenizer {
         .to_string()
     }
 
+    /// Reads a Hugging Face `tokenizer.json`. What [`Tokenizer::to_huggingface_json`] writes
+    /// comes back as it was (a char vocabulary, the byte tokenizer); any other byte-level BPE
+    /// (GPT-2's and its family's) becomes a BPE that encodes whole texts as `tokenizers` does.
+    pub fn from_huggingface_json(json: &str) -> Result<Self, TokenizerError> {
+        let foreign = |why: String| TokenizerError::Foreign(why);
+        let value: serde_json::Value =
+            serde_json::from_str(json).map_err(|e| foreign(format!("it is not JSON ({e})")))?;
+        let model = &value["model"];
+        match model["type"].as_str() {
+            Some("WordLevel") => {
+                let vocab = model["vocab"]
+                    .as_object()
+                    .ok_or_else(|| foreign("its WordLevel model has no vocab".into()))?;
+                let mut chars = vec![None; vocab.len()];
+                for (token, id) in vocab {
+                    let mut it = token.chars();
+                    let (Some(ch), None) = (it.next(), it.next()) else {
+                        return Err(foreign(format!(
+                            "its WordLevel entry {token:?} is not one character; headlab \
+                             reads WordLevel vocabularies of single characters only"
+                        )));
+                    };
+                    let slot = id
+                        .as_u64()
+                        .and_then(|id| chars.get_mut(id as usize))
+                        .ok_or_else(|| {
+                            foreign(format!(
+                                "the id of {token:?} is not one of 0..{}",
+                                vocab.len()
+                            ))
+                        })?;
+                    *slot = Some(ch);
+                }
+                let chars: Option<Vec<char>> = chars.into_iter().collect();
+                let chars = chars.ok_or_else(|| foreign("two entries share an id".into()))?;
+                let vocab = CharVocab::try_from(chars).map_err(foreign)?;
+                Ok(Tokenizer::Char { vocab })
+            }
+            Some("BPE") => {
+                let no_merges = model["merges"].as_array().is_some_and(|m| m.is_empty());
+                let ids_are_bytes = model["vocab"].as_object().is_some_and(|v| {
+                    v.len() == 256
+                        && (0..=255u8).all(|b| {
+                            v.get(&gpt2_byte_char(b).to_string())
+                                .and_then(|id| id.as_u64())
+                                == Some(u64::from(b))
+                        })
+                });
+                if no_merges && ids_are_bytes {
+                    return Ok(Tokenizer::Byte);
+                }
+                let hf: HfBpe = serde_json::from_str(json).map_err(|e| {
+                    foreign(format!(
+                        "it is not a byte-level BPE (GPT-2's ByteLevel pre-tokenizer and \
+                         decoder, no normalizer): {e}"
+                    ))
+                })?;
+                Ok(Tokenizer::Bpe {
+                    huggingface: Box::new(BpeTokenizer::from_hf(hf).map_err(foreign)?),
+                    whole_text: true,
+                })
+            }
+            other => Err(foreign(format!(
+                "its model is {}; headlab reads byte-level BPE (GPT-2) and single-character \
+                 WordLevel vocabularies",
+                other.unwrap_or("missing")
+            ))),
+        }
+    }
+
+    /// GPT-2's tokenizer from its two older files, `vocab.json` and `merges.txt`: a byte-level
+    /// BPE with GPT-2's pre-tokenizer (its split regex, no added prefix space), encoding whole
+    /// texts.
+    pub fn from_vocab_merges(vocab: &Path, merges: &Path) -> Result<Self, TokenizerError> {
+        let foreign = |why: String| TokenizerError::Foreign(why);
+        let (Some(v), Some(m)) = (vocab.to_str(), merges.to_str()) else {
+            return Err(foreign("its path is not UTF-8".into()));
+        };
+        let model = BPE::from_file(v, m).build().map_err(|e| {
+            foreign(format!(
+                "{} and {} are not a BPE vocabulary and merge list: {e}",
+                vocab.display(),
+                merges.display()
+            ))
+        })?;
+        let hf: HfBpe = TokenizerBuilder::new()
+            .with_model(model)
+            .with_normalizer(None)
+            .with_pre_tokenizer(Some(byte_level()))
+            .with_post_processor(None)
+            .with_decoder(Some(byte_level()))
+            .build()
+            .map_err(|e| foreign(e.to_string()))?;
+        Ok(Tokenizer::Bpe {
+            huggingface: Box::new(BpeTokenizer::from_hf(hf).map_err(foreign)?),
+            whole_text: true,
+        })
+    }
+
     /// Number of token ids; the model's embedding and output sizes.
     pub fn vocab_size(&self) -> usize {
         match self {
             Tokenizer::Char { vocab } => vocab.chars.len(),
             Tokenizer::Byte => 256,
-            Tokenizer::Bpe { huggingface } => huggingface.vocab_size(),
+            Tokenizer::Bpe { huggingface, .. } => huggingface.vocab_size(),
         }
     }
 
@@ -294,7 +403,10 @@ impl Tokenizer {
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
         match self {
             Tokenizer::Byte => Ok(text.bytes().map(u32::from).collect()),
-            Tokenizer::Bpe { huggingface } => huggingface.encode(text),
+            Tokenizer::Bpe {
+                huggingface,
+                whole_text,
+            } => huggingface.encode(text, *whole_text),
             Tokenizer::Char { vocab } => {
                 let mut ids = Vec::with_capacity(text.len());
                 for (index, ch) in text.chars().enumerate() {
@@ -339,7 +451,7 @@ impl Tokenizer {
                 }
                 out
             }
-            Tokenizer::Bpe { huggingface } => {
+            Tokenizer::Bpe { huggingface, .. } => {
                 let mut out = Vec::with_capacity(ids.len() * 4);
                 for &id in ids {
                     match huggingface.token_bytes(id) {
@@ -367,7 +479,7 @@ impl Tokenizer {
                 .iter()
                 .filter(|&&id| u8::try_from(id).map_or(true, starts_char))
                 .count(),
-            Tokenizer::Bpe { huggingface } => ids
+            Tokenizer::Bpe { huggingface, .. } => ids
                 .iter()
                 .map(|&id| {
                     huggingface
@@ -384,7 +496,7 @@ impl Tokenizer {
     /// A BPE token shows its decoded text the same way, e.g. `·the` or `,\n`; bytes that are
     /// only part of a character show as `\xNN`.
     pub fn token_text(&self, id: u32) -> String {
-        if let Tokenizer::Bpe { huggingface } = self {
+        if let Tokenizer::Bpe { huggingface, .. } = self {
             return match huggingface.token_bytes(id) {
                 None => format!("<{id}?>"),
                 Some(bytes) => visible_bytes(bytes),
@@ -565,8 +677,11 @@ impl BpeTokenizer {
         if hf.get_normalizer().is_some() {
             return Err("it has a normalizer, which would change the text".into());
         }
+        // Added tokens that are also vocabulary entries (GPT-2's `<|endoftext|>`) change no id.
         if hf.get_vocab_size(true) != hf.get_vocab_size(false) {
-            return Err("it has added tokens, which headlab does not use".into());
+            return Err(
+                "it has added tokens outside its vocabulary, which headlab does not use".into(),
+            );
         }
         let model = hf.get_model();
         if model.dropout.is_some_and(|d| d > 0.0) {
@@ -612,13 +727,18 @@ impl BpeTokenizer {
         self.token_bytes.get(id as usize).map(Vec::as_slice)
     }
 
-    /// Encodes any text. Lines are encoded separately (in parallel) and concatenated, so
-    /// long texts encode fast; the tokenizer was trained on the same cut.
-    pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
+    /// Encodes any text: whole (as `tokenizers` would), or line by line (in parallel, the
+    /// cut a BPE headlab trains is trained on), the lines' ids concatenated.
+    pub fn encode(&self, text: &str, whole_text: bool) -> Result<Vec<u32>, TokenizerError> {
+        let bpe_err = |e: tokenizers::Error| TokenizerError::Bpe(e.to_string());
+        if whole_text {
+            let encoding = self.hf.encode_fast(text, false).map_err(bpe_err)?;
+            return Ok(encoding.get_ids().to_vec());
+        }
         let encodings = self
             .hf
             .encode_batch_fast(lines(text).collect::<Vec<_>>(), false)
-            .map_err(|e| TokenizerError::Bpe(e.to_string()))?;
+            .map_err(bpe_err)?;
         Ok(encodings
             .iter()
             .flat_map(|e| e.get_ids().iter().copied())
@@ -1020,7 +1140,7 @@ mod tests {
         assert_eq!(v["huggingface"]["model"]["type"], "BPE");
         assert_eq!(v["huggingface"]["pre_tokenizer"]["type"], "ByteLevel");
         assert_eq!(v["huggingface"]["pre_tokenizer"]["add_prefix_space"], false);
-        let Tokenizer::Bpe { huggingface } = &t else {
+        let Tokenizer::Bpe { huggingface, .. } = &t else {
             panic!("expected a BPE")
         };
         let inner: serde_json::Value =
@@ -1029,9 +1149,44 @@ mod tests {
         assert_eq!(
             format!("{t:?}"),
             format!(
-                "Bpe {{ huggingface: BpeTokenizer {{ vocab_size: {}, .. }} }}",
+                "Bpe {{ huggingface: BpeTokenizer {{ vocab_size: {}, .. }}, whole_text: false }}",
                 t.vocab_size()
             )
+        );
+    }
+
+    #[test]
+    fn an_imported_bpe_encodes_whole_texts_and_keeps_saying_so() {
+        // The byte vocabulary plus one merge across lines, "\n\n", which a BPE trained line
+        // by line never learns but GPT-2's has.
+        let mut hf: serde_json::Value =
+            serde_json::from_str(&Tokenizer::byte().to_huggingface_json()).unwrap();
+        hf["model"]["vocab"]["ĊĊ"] = 256.into();
+        hf["model"]["merges"] = serde_json::json!(["Ċ Ċ"]);
+        let imported = Tokenizer::from_huggingface_json(&hf.to_string()).unwrap();
+        let Tokenizer::Bpe {
+            huggingface,
+            whole_text,
+        } = &imported
+        else {
+            panic!("expected a BPE")
+        };
+        assert!(whole_text);
+        // Whole, GPT-2's pre-tokenizer keeps "\n\n" together; cut into lines, it cannot.
+        let text = "a\n\n\nb";
+        let n = u32::from(b'\n');
+        assert_eq!(imported.encode(text).unwrap(), [97, 256, n, 98]);
+        assert_eq!(huggingface.encode(text, false).unwrap(), [97, n, n, n, 98]);
+        assert_eq!(imported.decode(&imported.encode(text).unwrap()), text);
+        let trained = small_bpe();
+        let json = serde_json::to_value(&imported).unwrap();
+        assert_eq!(json["whole_text"], true);
+        assert_eq!(serde_json::from_value::<Tokenizer>(json).unwrap(), imported);
+        assert!(
+            serde_json::to_value(&trained)
+                .unwrap()
+                .get("whole_text")
+                .is_none()
         );
     }
 

@@ -6,8 +6,11 @@
 //! `c_attn` of `[d_model, 3 d_model]`, q's columns first; a bias-free model gets zero biases;
 //! a tied head is left out of the file (GPT-2 ties it to `wte`), an untied one is written as
 //! `lm_head.weight`, `[vocab, d_model]` like PyTorch's `nn.Linear`.
+//!
+//! [`read_gpt2_folder`] reads such a folder back, from headlab or from elsewhere (gpt2,
+//! distilgpt2, TinyStories), for `headlab import hf`.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use burn::tensor::Tensor;
@@ -15,6 +18,8 @@ use headlab_data::Tokenizer;
 use headlab_model::{Gelu, Gpt, GptConfig, Norm, Positional};
 use serde_json::{Value, json};
 use thiserror::Error;
+
+use crate::import::{ImportError, Imported};
 
 /// An export that cannot be made. Nothing is written when one is returned.
 #[derive(Debug, Error)]
@@ -292,6 +297,211 @@ pub fn export_gpt2(model: &Gpt, tokenizer: &Tokenizer, out: &Path) -> Result<(),
         std::fs::remove_dir_all(&staging).ok();
     }
     moved
+}
+
+/// The Hugging Face files a GPT-2 folder is read from.
+const HF_FORMAT: &str = "Hugging Face GPT-2 folder";
+
+/// Reads a Hugging Face GPT-2-family folder: `config.json` (model_type `gpt2`),
+/// `model.safetensors` (or shards listed in `model.safetensors.index.json`) and
+/// `tokenizer.json` or `vocab.json` + `merges.txt`. Tensor names may carry `transformer.`
+/// (`GPT2LMHeadModel`) or not (`GPT2Model`); the attention-mask buffers some files hold are
+/// skipped; `lm_head.weight` is read only when the head is untied.
+pub fn read_gpt2_folder(dir: &Path) -> Result<Imported, ImportError> {
+    let missing = |what: String| ImportError::Missing {
+        dir: dir.to_path_buf(),
+        format: HF_FORMAT,
+        what,
+    };
+    if !dir.is_dir() {
+        return Err(missing("the folder itself".into()));
+    }
+    let config_path = dir.join("config.json");
+    if !config_path.is_file() {
+        return Err(missing(
+            "config.json (the model's shape; download it with the weights)".into(),
+        ));
+    }
+    let corrupt = |path: &Path, why: String| ImportError::Corrupt {
+        path: path.to_path_buf(),
+        why,
+    };
+    let text =
+        std::fs::read_to_string(&config_path).map_err(|e| corrupt(&config_path, e.to_string()))?;
+    let hf: Value = serde_json::from_str(&text)
+        .map_err(|e| corrupt(&config_path, format!("not JSON ({e})")))?;
+    let mut config = config_from_gpt2(&hf, &config_path)?;
+
+    // The weights: one file, or the shards an index lists.
+    let single = dir.join("model.safetensors");
+    let index = dir.join("model.safetensors.index.json");
+    let files: Vec<PathBuf> = if single.is_file() {
+        vec![single]
+    } else if index.is_file() {
+        let text = std::fs::read_to_string(&index).map_err(|e| corrupt(&index, e.to_string()))?;
+        let map: Value =
+            serde_json::from_str(&text).map_err(|e| corrupt(&index, format!("not JSON ({e})")))?;
+        let mut shards: Vec<PathBuf> = map["weight_map"]
+            .as_object()
+            .ok_or_else(|| corrupt(&index, "it has no weight_map".into()))?
+            .values()
+            .filter_map(|f| f.as_str().map(|f| dir.join(f)))
+            .collect();
+        shards.sort();
+        shards.dedup();
+        shards
+    } else if dir.join("pytorch_model.bin").is_file() {
+        return Err(ImportError::Pickle {
+            path: dir.join("pytorch_model.bin"),
+        });
+    } else {
+        return Err(missing("model.safetensors (the weights)".into()));
+    };
+    let mut tensors = BTreeMap::new();
+    for file in &files {
+        let bytes = std::fs::read(file).map_err(|e| corrupt(file, e.to_string()))?;
+        let st = safetensors::SafeTensors::deserialize(&bytes).map_err(|e| {
+            corrupt(
+                file,
+                format!("not a safetensors file ({e}); download it again"),
+            )
+        })?;
+        for (name, view) in st.tensors() {
+            let short = name.strip_prefix("transformer.").unwrap_or(&name);
+            // Causal-mask buffers of older GPT-2 files: headlab builds its own mask.
+            if short.ends_with(".attn.bias") || short.ends_with(".attn.masked_bias") {
+                continue;
+            }
+            if name == "lm_head.weight" && config.tie_embeddings {
+                continue;
+            }
+            let dtype = format!("{:?}", view.dtype());
+            let values = crate::import::to_f32(&dtype, view.data()).ok_or_else(|| {
+                corrupt(
+                    file,
+                    format!("tensor {name} is {dtype}; headlab reads F32, BF16 and F16"),
+                )
+            })?;
+            let full = if name == "lm_head.weight" {
+                name.clone()
+            } else {
+                format!("transformer.{short}")
+            };
+            tensors.insert(full, (view.shape().to_vec(), values));
+        }
+    }
+    let weights = files[0].clone();
+
+    let tokenizer = match crate::import::find_tokenizer(dir) {
+        Some(t) => t?,
+        None => {
+            return Err(missing(
+                "tokenizer.json (or vocab.json + merges.txt), the vocabulary the model reads"
+                    .into(),
+            ));
+        }
+    };
+    let tokens = tokenizer.vocab_size();
+    if tokens != config.vocab_size {
+        return Err(ImportError::VocabMismatch {
+            path: dir.join("tokenizer.json"),
+            tokens,
+            rows: config.vocab_size,
+        });
+    }
+    config.vocab_size = tokens;
+    let source = json!({
+        "format": "hf",
+        "from": std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
+        "config": hf,
+    });
+    Ok(Imported {
+        config,
+        tokenizer,
+        tensors,
+        weights,
+        source,
+    })
+}
+
+/// headlab's `[model]` for a GPT-2 `config.json`, or the first key it cannot take.
+fn config_from_gpt2(hf: &Value, path: &Path) -> Result<GptConfig, ImportError> {
+    let unsupported = |key: &str, value: &Value, why: &str| ImportError::Unsupported {
+        path: path.to_path_buf(),
+        key: key.into(),
+        value: value.to_string(),
+        why: why.into(),
+    };
+    let model_type = &hf["model_type"];
+    if model_type.as_str() != Some("gpt2") {
+        return Err(unsupported(
+            "model_type",
+            model_type,
+            "headlab imports GPT-2-family models (model_type \"gpt2\": gpt2, distilgpt2, \
+             TinyStories, nanoGPT exports)",
+        ));
+    }
+    let size = |keys: &[&str]| -> Result<usize, ImportError> {
+        keys.iter()
+            .find_map(|k| hf[k].as_u64())
+            .map(|n| n as usize)
+            .ok_or_else(|| ImportError::Missing {
+                dir: path.to_path_buf(),
+                format: "GPT-2 config.json",
+                what: format!("the integer {}", keys[0]),
+            })
+    };
+    let gelu = match hf["activation_function"].as_str().unwrap_or("gelu_new") {
+        "gelu_new" | "gelu_pytorch_tanh" | "gelu_fast" => Gelu::Tanh,
+        "gelu" => Gelu::Exact,
+        _ => {
+            return Err(unsupported(
+                "activation_function",
+                &hf["activation_function"],
+                "headlab's MLP has \"gelu\" (exact) and \"gelu_new\" (tanh)",
+            ));
+        }
+    };
+    let eps = hf["layer_norm_epsilon"].as_f64().unwrap_or(1e-5);
+    if (eps - 1e-5).abs() > 1e-12 {
+        return Err(unsupported(
+            "layer_norm_epsilon",
+            &hf["layer_norm_epsilon"],
+            "headlab's LayerNorm has eps 1e-5, as GPT-2",
+        ));
+    }
+    for (key, want) in [
+        ("scale_attn_weights", true),
+        ("scale_attn_by_inverse_layer_idx", false),
+        ("add_cross_attention", false),
+    ] {
+        if hf[key].as_bool().is_some_and(|b| b != want) {
+            return Err(unsupported(
+                key,
+                &hf[key],
+                "headlab's attention scales scores by 1/sqrt(d_k) only, without cross-attention",
+            ));
+        }
+    }
+    let d_model = size(&["n_embd", "hidden_size"])?;
+    let n_inner = hf["n_inner"].as_u64().map(|n| n as usize);
+    Ok(GptConfig {
+        vocab_size: size(&["vocab_size"])?,
+        block_size: size(&["n_positions", "n_ctx"])?,
+        d_model,
+        n_layers: size(&["n_layer", "num_hidden_layers"])?,
+        n_heads: size(&["n_head", "num_attention_heads"])?,
+        n_kv_heads: None,
+        d_ff: n_inner.filter(|&n| n != 4 * d_model),
+        dropout: hf["resid_pdrop"].as_f64().unwrap_or(0.0),
+        // Biases unless the folder is a bias-free headlab export.
+        bias: hf["headlab"]["bias"].as_bool().unwrap_or(true),
+        positional: Positional::Learned,
+        norm: Norm::Pre,
+        tie_embeddings: hf["tie_word_embeddings"].as_bool().unwrap_or(true),
+        attn_only: false,
+        gelu,
+    })
 }
 
 #[cfg(test)]

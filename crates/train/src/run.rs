@@ -348,13 +348,14 @@ impl RunDir {
     /// Creates a run directory holding `config` and `tokenizer`, atomically: it is assembled
     /// under a temporary name beside `root` and renamed into place, so a crash never leaves a
     /// run directory without its config or tokenizer. An existing `root` is an error unless
-    /// `force`, which replaces it.
+    /// `force`, which replaces it. `text`, the training text, is recorded in `data.json`
+    /// (an imported model has none).
     pub fn create_with(
         root: &Path,
         force: bool,
         config: &RunConfig,
         tokenizer: &Tokenizer,
-        text: &str,
+        text: Option<&str>,
     ) -> Result<Self, RunError> {
         if root.exists() && !force {
             return Err(RunError::Exists(root.to_path_buf()));
@@ -370,9 +371,12 @@ impl RunDir {
         let staged = Self { root: tmp.clone() };
         let written = (|| {
             fs::write(staged.config_path(), toml).map_err(io(&staged.config_path()))?;
-            let data = serde_json::json!({ "chars": text.chars().count(), "sha256": sha256(text) });
-            let data_path = staged.root.join(DATA_FILE);
-            fs::write(&data_path, data.to_string() + "\n").map_err(io(&data_path))?;
+            if let Some(text) = text {
+                let data =
+                    serde_json::json!({ "chars": text.chars().count(), "sha256": sha256(text) });
+                let data_path = staged.root.join(DATA_FILE);
+                fs::write(&data_path, data.to_string() + "\n").map_err(io(&data_path))?;
+            }
             tokenizer.save(staged.tokenizer_path())?;
             sync(&staged.config_path())?;
             sync(&staged.tokenizer_path())?;

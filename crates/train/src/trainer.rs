@@ -443,7 +443,8 @@ fn resolve_run(
             config.data.path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
         }
         let tokenizer = dataset.tokenizer();
-        let run = RunDir::create_with(&options.out, options.force, &config, tokenizer, &text)?;
+        let run =
+            RunDir::create_with(&options.out, options.force, &config, tokenizer, Some(&text))?;
         (run, config.clone(), dataset, config)
     };
     check_fits(&config, &dataset)?;
