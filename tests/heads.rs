@@ -388,4 +388,24 @@ fn an_exported_and_reimported_run_has_the_same_loss_and_head_scores() {
     for (b, a) in before.iter().zip(&after) {
         assert!((b - a).abs() < 1e-6, "{before:?}\n{after:?}");
     }
+    // `compare --run` checks the imported weights on a backend against the f64 truth, with
+    // the run's own tokenizer, on a text given for it.
+    std::fs::write(dir.path().join("long.txt"), text.repeat(20)).unwrap();
+    let compared = ok(&headlab(
+        &[
+            "compare",
+            "--run",
+            "back",
+            "--backends",
+            "flex",
+            "--steps",
+            "2",
+            "--set",
+            "data.path=long.txt",
+            "--out",
+            "cmp",
+        ],
+        dir.path(),
+    ));
+    assert!(compared.contains("flex"), "{compared}");
 }

@@ -7,6 +7,7 @@ use clap::Args;
 use headlab_report::{compare_markdown, write_compare};
 use headlab_train::backend::Backend;
 use headlab_train::compare::compare;
+use headlab_train::run::RunDir;
 
 use crate::common::{fresh_run_dir, load_config};
 
@@ -36,6 +37,10 @@ pub struct CompareArgs {
     /// sharper than at initialisation.
     #[arg(long, value_name = "FILE")]
     pub init: Option<PathBuf>,
+    /// Compare on a trained or imported run: its config, tokenizer and `last` weights
+    /// (`--init` picks others; an imported run needs `--set data.path=FILE`).
+    #[arg(long, value_name = "RUN", conflicts_with = "config")]
+    pub run: Option<PathBuf>,
     /// Output directory (default: runs/compare-<config name>, or -2, -3, ... when taken).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
@@ -46,7 +51,23 @@ pub struct CompareArgs {
 
 /// Runs `headlab compare`.
 pub fn run(args: CompareArgs) -> Result<()> {
-    let (mut config, name) = load_config(args.config.as_deref())?;
+    let (mut config, name, tokenizer, init) = match &args.run {
+        Some(dir) => {
+            let run = RunDir::open(dir)?;
+            let name = dir
+                .file_name()
+                .map_or("run".into(), |n| n.to_string_lossy().into_owned());
+            let init = args
+                .init
+                .clone()
+                .unwrap_or_else(|| run.checkpoint("last").join("model.bpk"));
+            (run.config()?, name, Some(run.tokenizer()?), Some(init))
+        }
+        None => {
+            let (config, name) = load_config(args.config.as_deref())?;
+            (config, name, None, args.init.clone())
+        }
+    };
     let mut backends = Vec::new();
     for b in &args.backends {
         let backend: Backend = b.parse()?;
@@ -71,7 +92,14 @@ pub fn run(args: CompareArgs) -> Result<()> {
         }
         None => fresh_run_dir(&format!("compare-{name}")),
     };
-    let report = compare(config, &backends, args.steps, &out, args.init.as_deref())?;
+    let report = compare(
+        config,
+        &backends,
+        args.steps,
+        &out,
+        init.as_deref(),
+        tokenizer,
+    )?;
     write_compare(&report, &out)?;
     print!("{}", compare_markdown(&report));
     eprintln!(

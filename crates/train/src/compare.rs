@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::tensor::Device;
-use headlab_data::{DataError, Dataset};
+use headlab_data::{DataError, Dataset, Tokenizer, load_text};
 use headlab_model::{Gpt, GptConfig, GptConfigError, WeightsError};
 use serde::Serialize;
 use thiserror::Error;
@@ -342,6 +342,7 @@ pub fn compare(
     steps: usize,
     out: &Path,
     init_from: Option<&Path>,
+    tokenizer: Option<Tokenizer>,
 ) -> Result<CompareReport, CompareError> {
     // Everything that can be checked is, before any backend starts.
     let config = checked(config, steps)?;
@@ -351,7 +352,7 @@ pub fn compare(
         return Err(CompareError::InitMissing(path.to_path_buf()));
     }
     let candidates = backends.iter().map(|&b| Candidate::of(b)).collect();
-    compare_on(config, candidates, steps, out, init_from)
+    compare_on(config, candidates, steps, out, init_from, tokenizer)
 }
 
 /// The config with dropout off (so every backend computes the same function), validated.
@@ -378,9 +379,17 @@ pub fn compare_on(
     steps: usize,
     out: &Path,
     init_from: Option<&Path>,
+    tokenizer: Option<Tokenizer>,
 ) -> Result<CompareReport, CompareError> {
     let config = checked(config, steps)?;
-    let data = Dataset::from_config(&config.data, config.train.seed)?;
+    // A run's own tokenizer (an imported model's vocabulary is not its text's characters).
+    let data = match tokenizer {
+        Some(tokenizer) => {
+            let (text, description) = load_text(&config.data, config.train.seed)?;
+            Dataset::with_tokenizer(&text, tokenizer, config.data.val_fraction, description)?
+        }
+        None => Dataset::from_config(&config.data, config.train.seed)?,
+    };
     data.check_block_size(config.model.block_size)?;
     let gpt = config
         .model
@@ -730,7 +739,7 @@ mod tests {
             candidate("flex-burn", Ok(Device::flex()), false),
             candidate("ndarray", Ok(Device::ndarray()), true),
         ];
-        let report = compare_on(config, devices, 3, out.path(), None).unwrap();
+        let report = compare_on(config, devices, 3, out.path(), None, None).unwrap();
         assert_eq!(report.reference, "flex");
         let wgpu = &report.backends[0];
         assert!(!wgpu.available && wgpu.reason.as_deref() == Some("no adapter here"));
