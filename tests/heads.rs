@@ -409,3 +409,108 @@ fn an_exported_and_reimported_run_has_the_same_loss_and_head_scores() {
     ));
     assert!(compared.contains("flex"), "{compared}");
 }
+
+/// A reduced `lab heads` (1 and 2 heads, one seed, 300 steps): every number in its table comes
+/// from its runs (the val loss from each run's own metrics.csv, the accuracy recomputed here
+/// from the run's model with a plain loop over the rule), and the same seed gives the same
+/// table.
+#[test]
+fn a_short_lab_heads_table_comes_from_its_runs_and_repeats() {
+    use burn::tensor::{Int, Tensor, TensorData};
+    use headlab_data::Split;
+    use headlab_data::corpus::{LOOKUP_ALPHABET, lookup_rule};
+    use headlab_train::run::open_trained;
+    use headlab_train::trainer::load_dataset;
+
+    let dir = tempfile::tempdir().unwrap();
+    let args = |out: &'static str| {
+        [
+            "lab",
+            "heads",
+            "--out",
+            out,
+            "--heads",
+            "1,2",
+            "--seeds",
+            "5",
+            "--set",
+            "train.max_iters=300",
+            "--set",
+            "train.eval_interval=300",
+        ]
+    };
+    ok(&headlab(&args("a"), dir.path()));
+    ok(&headlab(&args("b"), dir.path()));
+    let table = |out: &str| {
+        let summary = std::fs::read_to_string(dir.path().join(out).join("summary.md")).unwrap();
+        summary
+            .lines()
+            .filter(|l| l.starts_with('|'))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (table("a"), table("b"));
+    assert!(a.len() > 6, "{a:?}");
+    assert_eq!(a, b, "the same seeds gave different tables");
+
+    let csv = std::fs::read_to_string(dir.path().join("a/val_loss.csv")).unwrap();
+    let rows: Vec<Vec<String>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(str::to_string).collect())
+        .collect();
+    assert_eq!(rows.len(), 2);
+    for row in rows {
+        let run = dir.path().join(format!("a/h{}-s{}", row[0], row[2]));
+        let metrics = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+        let val = metrics.lines().rfind(|l| l.contains(",val,")).unwrap();
+        let logged: f64 = val.split(',').nth(2).unwrap().parse().unwrap();
+        let listed: f64 = row[3].parse().unwrap();
+        assert!((logged - listed).abs() < 1e-5, "{logged} vs {listed}");
+        assert!(
+            a.iter().any(|l| l.contains(&format!("{listed:.4}"))),
+            "{a:?}"
+        );
+
+        // The accuracy, from the checkpoint the lab measured, by the corpus's rule.
+        let (dir_run, trained, device) = open_trained(&run, None, "best").unwrap();
+        let data = load_dataset(&dir_run, &trained.config, trained.tokenizer.clone()).unwrap();
+        let block = trained.config.model.block_size;
+        let tokens = data.tokens(Split::Val);
+        let letter = |id: u32| {
+            let c = trained.tokenizer.decode(&[id]).into_bytes()[0];
+            LOOKUP_ALPHABET.iter().position(|&a| a == c).unwrap() as u8
+        };
+        let (mut hits, mut total) = (0usize, 0usize);
+        for w in 0..(tokens.len() / block).min(64) {
+            let window = &tokens[w * block..(w + 1) * block];
+            let input = Tensor::<2, Int>::from_data(
+                TensorData::new(window.iter().map(|&t| i64::from(t)).collect(), [1, block]),
+                &device,
+            );
+            let logits = trained
+                .model
+                .forward(input)
+                .into_data()
+                .try_to_vec::<f32>()
+                .unwrap();
+            let vocab = logits.len() / block;
+            // Position p predicts p + 1, whose sources are 2 and 6 back from it.
+            for p in 5..block - 1 {
+                let row = &logits[p * vocab..(p + 1) * vocab];
+                let mut best = 0;
+                for v in 1..vocab {
+                    if row[v] > row[best] {
+                        best = v;
+                    }
+                }
+                let rule = lookup_rule(letter(window[p - 1]), letter(window[p - 5]));
+                hits += usize::from(letter(best as u32) == rule);
+                total += 1;
+            }
+        }
+        let listed: f64 = row[4].parse().unwrap();
+        let measured = hits as f64 / total as f64;
+        assert!((measured - listed).abs() < 1e-4, "{measured} vs {listed}");
+    }
+}

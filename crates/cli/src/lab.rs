@@ -2,7 +2,8 @@
 //!
 //! - `induction`: a 2-layer attention-only model on the induction corpus forms the
 //!   previous-token -> induction circuit of Olsson et al. 2022, with a visible phase change.
-//! - `heads`: equal d_model and parameter count with 1..16 heads, several seeds, on grammar.
+//! - `heads`: equal d_model and parameter count with 1..64 heads, several seeds, on a task
+//!   that needs two lookups at once (the `lookup` corpus).
 //! - `ambiguity`: where "with" looks in "the detective follows the spy with binoculars".
 //!
 //! Each lab writes its runs, pictures and a `summary.md` into its output directory. The
@@ -14,7 +15,9 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use headlab_heads::HeadReport;
 use headlab_heads::lab;
-use headlab_report::labs::{ambiguity_summary, heads_csv, heads_summary, induction_summary};
+use headlab_report::labs::{
+    ambiguity_summary, heads_csv, heads_png, heads_summary, induction_summary,
+};
 use headlab_report::{REPORT_FILE, report_run, write_head_report};
 use headlab_train::backend::Backend;
 use headlab_train::config::RunConfig;
@@ -60,7 +63,7 @@ pub struct LabArgs {
     /// Seeds for `lab heads` (comma-separated; default 1,2,3).
     #[arg(long, value_delimiter = ',')]
     pub seeds: Option<Vec<u64>>,
-    /// Head counts for `lab heads` (comma-separated; default 1,2,4,8,16).
+    /// Head counts for `lab heads` (comma-separated; default 1,2,4,8,16,32,64).
     #[arg(long, value_delimiter = ',')]
     pub heads: Option<Vec<usize>>,
 }
@@ -117,7 +120,10 @@ pub fn run(args: LabArgs) -> Result<()> {
         LabName::Heads => {
             let base = config(HEADS_CONFIG, "configs/lab-heads.toml", &sets)?;
             let seeds = args.seeds.clone().unwrap_or_else(|| vec![1, 2, 3]);
-            let counts = args.heads.clone().unwrap_or_else(|| vec![1, 2, 4, 8, 16]);
+            let counts = args
+                .heads
+                .clone()
+                .unwrap_or_else(|| vec![1, 2, 4, 8, 16, 32, 64]);
             let lab = lab::heads(base, seeds, &counts, &out, &observers)?;
             for c in &lab.counts {
                 for seed in &lab.seeds {
@@ -127,6 +133,7 @@ pub fn run(args: LabArgs) -> Result<()> {
             }
             std::fs::write(out.join("val_loss.csv"), heads_csv(&lab))
                 .context("writing val_loss.csv")?;
+            heads_png(&lab, &out.join("heads.png"))?;
             heads_summary(&lab, &reproduce)
         }
         LabName::Ambiguity => {

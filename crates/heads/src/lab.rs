@@ -3,7 +3,8 @@
 //!
 //! - [`induction`]: a 2-layer attention-only model on the induction corpus forms the
 //!   previous-token -> induction circuit of Olsson et al. 2022, with a visible phase change.
-//! - [`heads`]: equal d_model and parameter count with 1..16 heads, several seeds.
+//! - [`heads`]: equal d_model and parameter count with 1..64 heads, several seeds, on the
+//!   two-lookup `lookup` corpus, with which head fetches which source ([`lookup_probe`]).
 //! - [`ambiguity`]: where "with" looks in "the detective follows the spy with binoculars".
 
 use std::collections::BTreeMap;
@@ -11,9 +12,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::Module;
-use burn::tensor::Device;
-use headlab_data::corpus::{GrammarSentence, SentenceKind, grammar_sentences};
-use headlab_data::{DataError, Dataset, TokenizerError};
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use headlab_data::corpus::{
+    GrammarSentence, LOOKUP_ALPHABET, LOOKUP_FAR, LOOKUP_NEAR, SentenceKind, grammar_sentences,
+    lookup_rule,
+};
+use headlab_data::{DataError, Dataset, Split, Tokenizer, TokenizerError};
+use headlab_model::{ForwardOptions, Gpt};
 use headlab_train::config::RunConfig;
 use headlab_train::run::{OpenError, Trained, open_trained};
 use headlab_train::trainer::{Observer, TrainError, TrainOptions, load_dataset, train};
@@ -143,6 +148,135 @@ pub struct HeadCount {
     pub val_losses: Vec<f64>,
     /// How many heads got each label, over all seeds.
     pub labels: BTreeMap<String, usize>,
+    /// On the lookup corpus, each seed's run measured by [`lookup_probe`], in seed order
+    /// (empty on other corpora).
+    pub lookups: Vec<LookupProbe>,
+}
+
+/// A run on the `lookup` corpus, measured on its val split: how often it predicts the rule's
+/// letter, and which heads fetch which source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LookupProbe {
+    /// Predictions measured: positions whose next letter has both sources in the window.
+    pub predictions: usize,
+    /// Share of them whose most likely letter is the rule's (noise letters included: the
+    /// rule's letter is the best guess there too).
+    pub accuracy: f64,
+    /// Per head (`layer * n_heads + head`): mean attention from those positions to the near
+    /// source, `LOOKUP_NEAR - 1` tokens back.
+    pub to_near: Vec<f64>,
+    /// The same to the far source, `LOOKUP_FAR - 1` tokens back.
+    pub to_far: Vec<f64>,
+    /// Per head: the accuracy with that head's output zeroed.
+    pub ablated: Vec<f64>,
+}
+
+/// Val windows `[n, block]` of a lookup run: at most 64, end to end from the split's start.
+fn lookup_windows(data: &Dataset, block: usize) -> (Vec<u32>, usize) {
+    let tokens = data.tokens(Split::Val);
+    let n = (tokens.len() / block).min(64);
+    (tokens[..n * block].to_vec(), n)
+}
+
+/// Measures a model trained on the `lookup` corpus (`None` when its vocabulary is not the
+/// corpus's letters): every position from `LOOKUP_FAR - 1` on predicts a letter whose two
+/// sources lie in the window.
+pub fn lookup_probe(
+    model: &Gpt,
+    tokenizer: &Tokenizer,
+    data: &Dataset,
+    block: usize,
+    device: &Device,
+) -> Option<LookupProbe> {
+    // Token id -> letter index, for every id.
+    let letter: Vec<u8> = (0..tokenizer.vocab_size() as u32)
+        .map(|id| {
+            let text = tokenizer.decode(&[id]);
+            LOOKUP_ALPHABET
+                .iter()
+                .position(|&a| text.as_bytes() == [a])
+                .map(|i| i as u8)
+        })
+        .collect::<Option<_>>()?;
+    let (ids, n) = lookup_windows(data, block);
+    if n == 0 || block <= LOOKUP_FAR {
+        return None;
+    }
+    let c = &model.config;
+    let (layers, heads, vocab) = (c.n_layers, c.n_heads, c.vocab_size);
+    let input = Tensor::<2, Int>::from_data(
+        TensorData::new(
+            ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>(),
+            [n, block],
+        ),
+        device,
+    );
+    // Query p predicts p + 1, whose sources are p + 1 - NEAR and p + 1 - FAR.
+    let queries = || (0..n).flat_map(|w| (LOOKUP_FAR - 1..block - 1).map(move |p| (w, p)));
+    let rule = |w: usize, p: usize| {
+        let at = |q: usize| letter[ids[w * block + q] as usize];
+        lookup_rule(at(p + 1 - LOOKUP_NEAR), at(p + 1 - LOOKUP_FAR))
+    };
+    let accuracy = |logits: Tensor<3>| {
+        let logits = logits
+            .into_data()
+            .try_into_vec_as::<f32>()
+            .expect("f32 logits");
+        let mut hits = 0usize;
+        for (w, p) in queries() {
+            let row = &logits[(w * block + p) * vocab..(w * block + p + 1) * vocab];
+            let best = (0..vocab).fold(0, |b, v| if row[v] > row[b] { v } else { b });
+            hits += usize::from(letter[best] == rule(w, p));
+        }
+        hits as f64 / queries().count() as f64
+    };
+    let out = model.forward_with(
+        input.clone(),
+        ForwardOptions {
+            return_weights: true,
+            ..ForwardOptions::default()
+        },
+    );
+    let (mut to_near, mut to_far) = (vec![0.0; layers * heads], vec![0.0; layers * heads]);
+    for (l, weights) in out.weights.into_iter().enumerate() {
+        // [n, h, t, t]
+        let a = weights
+            .into_data()
+            .try_into_vec_as::<f32>()
+            .expect("f32 weights");
+        for h in 0..heads {
+            for (w, p) in queries() {
+                let row = ((w * heads + h) * block + p) * block;
+                to_near[l * heads + h] += f64::from(a[row + p + 1 - LOOKUP_NEAR]);
+                to_far[l * heads + h] += f64::from(a[row + p + 1 - LOOKUP_FAR]);
+            }
+        }
+    }
+    let count = queries().count() as f64;
+    to_near
+        .iter_mut()
+        .chain(&mut to_far)
+        .for_each(|v| *v /= count);
+    let accuracy_all = accuracy(out.logits);
+    let ablated = (0..layers * heads)
+        .map(|k| {
+            let mut mask = vec![1.0f32; layers * heads];
+            mask[k] = 0.0;
+            let mask = Tensor::<2>::from_data(TensorData::new(mask, [layers, heads]), device);
+            let options = ForwardOptions {
+                head_mask: Some(mask),
+                ..ForwardOptions::default()
+            };
+            accuracy(model.forward_with(input.clone(), options).logits)
+        })
+        .collect();
+    Some(LookupProbe {
+        predictions: queries().count(),
+        accuracy: accuracy_all,
+        to_near,
+        to_far,
+        ablated,
+    })
 }
 
 /// What `lab heads` measured.
@@ -165,6 +299,7 @@ pub fn heads(
     observers: Observers<'_>,
 ) -> Result<HeadsLab, LabError> {
     let d_model = base.model.d_model;
+    let started = Instant::now();
     let mut counts = Vec::new();
     for &h in head_counts {
         if h == 0 || !d_model.is_multiple_of(h) {
@@ -181,8 +316,25 @@ pub fn heads(
             params: 0,
             val_losses: Vec::new(),
             labels: BTreeMap::new(),
+            lookups: Vec::new(),
         };
         for &seed in &seeds {
+            let done = counts.len() * seeds.len() + count.val_losses.len();
+            let total = head_counts.len() * seeds.len();
+            let elapsed = started.elapsed().as_secs_f64();
+            // Runs with more heads take longer, so this is a lower bound.
+            let eta = if done == 0 {
+                String::new()
+            } else {
+                format!(
+                    ", at least {:.0} s left",
+                    elapsed / done as f64 * (total - done) as f64
+                )
+            };
+            eprintln!(
+                "lab heads: run {}/{total}: {h} heads, seed {seed} ({elapsed:.0} s so far{eta})",
+                done + 1
+            );
             let mut config = base.clone();
             config.model.n_heads = h;
             config.train.seed = seed;
@@ -195,6 +347,10 @@ pub fn heads(
             count.params = model.num_params();
             let vocab = trained.tokenizer.vocab_size();
             let probe = Probe::new(&data, cfg.model.block_size, vocab, None, seed)?;
+            let block = cfg.model.block_size;
+            if let Some(measured) = lookup_probe(model, &trained.tokenizer, &data, block, &device) {
+                count.lookups.push(measured);
+            }
             for p in pattern_scores(model, &probe, &device).0 {
                 let block = cfg.model.block_size;
                 let l = label(
