@@ -514,3 +514,86 @@ fn a_short_lab_heads_table_comes_from_its_runs_and_repeats() {
         assert!((measured - listed).abs() < 1e-4, "{measured} vs {listed}");
     }
 }
+
+/// A reduced `lab ambiguity` (300 steps): its agreement column is recomputed here from the
+/// run's checkpoint with a loop of its own over the same probe sentences, and the same seed
+/// gives the same table.
+#[test]
+fn a_short_lab_ambiguity_table_comes_from_its_run_and_repeats() {
+    use burn::tensor::{Int, Tensor, TensorData};
+    use headlab_data::corpus::{Attachment, HOLD_VERBS, attach_sentences};
+    use headlab_train::run::open_trained;
+
+    let dir = tempfile::tempdir().unwrap();
+    let args = |out: &'static str| {
+        [
+            "lab",
+            "ambiguity",
+            "--out",
+            out,
+            "--set",
+            "train.max_iters=300",
+            "--set",
+            "train.track_heads_every=0",
+        ]
+    };
+    ok(&headlab(&args("a"), dir.path()));
+    ok(&headlab(&args("b"), dir.path()));
+    let table = |out: &str| {
+        let summary = std::fs::read_to_string(dir.path().join(out).join("summary.md")).unwrap();
+        summary
+            .lines()
+            .filter(|l| l.starts_with('|'))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (table("a"), table("b"));
+    assert_eq!(a, b, "the same seed gave different tables");
+
+    // The instrument row's agreement: the share of the first 100 instrument sentences (subject
+    // and object of different number) where the subject's number of "hide(s)" etc. gets more
+    // probability after "and" than the other number.
+    let (_, trained, device) = open_trained(&dir.path().join("a/run"), None, "best").unwrap();
+    let tok = &trained.tokenizer;
+    let first = |w: &str| tok.encode(&format!(" {w}")).unwrap()[0] as usize;
+    let (mut agree, mut n) = (0usize, 0usize);
+    let seed = trained.config.train.seed.wrapping_add(99);
+    for s in attach_sentences(seed, 60_000) {
+        if s.ambiguous || s.attachment != Attachment::Verb || s.subject_plural == s.object_plural {
+            continue;
+        }
+        if n == 100 {
+            break;
+        }
+        let words: Vec<&str> = s.text.split(' ').collect();
+        let and = tok.encode(&words[..=s.and].join(" ")).unwrap().len() - 1;
+        let ids = tok.encode(&s.text).unwrap();
+        let t = ids.len();
+        let input = Tensor::<2, Int>::from_data(
+            TensorData::new(ids.iter().map(|&i| i64::from(i)).collect(), [1, t]),
+            &device,
+        );
+        let logits = trained
+            .model
+            .forward(input)
+            .into_data()
+            .try_to_vec::<f32>()
+            .unwrap();
+        let vocab = logits.len() / t;
+        let at = |id: usize| f64::from(logits[and * vocab + id]).exp();
+        let singular: f64 = HOLD_VERBS.iter().map(|v| at(first(v.singular))).sum();
+        let plural: f64 = HOLD_VERBS.iter().map(|v| at(first(v.plural))).sum();
+        agree += usize::from((plural > singular) == s.subject_plural);
+        n += 1;
+    }
+    let row = a
+        .iter()
+        .find(|l| l.starts_with("| instrument (verb) |"))
+        .unwrap();
+    let listed: f64 = row.split('|').nth(3).unwrap().trim().parse().unwrap();
+    let measured = agree as f64 / n as f64;
+    assert!(
+        (measured - listed).abs() < 1e-3,
+        "{measured} vs {listed}: {row}"
+    );
+}

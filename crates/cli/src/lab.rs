@@ -4,7 +4,8 @@
 //!   previous-token -> induction circuit of Olsson et al. 2022, with a visible phase change.
 //! - `heads`: equal d_model and parameter count with 1..64 heads, several seeds, on a task
 //!   that needs two lookups at once (the `lookup` corpus).
-//! - `ambiguity`: where "with" looks in "the detective follows the spy with binoculars".
+//! - `ambiguity`: on the `attach` corpus, where "with" and "and" look when what "with"
+//!   attaches to decides the number of the last verb.
 //!
 //! Each lab writes its runs, pictures and a `summary.md` into its output directory. The
 //! experiments are `headlab_heads::lab`'s; the summaries `headlab_report::labs`'s.

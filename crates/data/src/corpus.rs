@@ -8,7 +8,9 @@
 //! - `induction`: random letters repeated once per line, for induction heads;
 //! - `copy`: `string|string` lines, for heads that copy from a fixed offset;
 //! - `lookup`: letters each set by two earlier ones at different distances, for a task that
-//!   needs two attention lookups at once (`headlab lab heads`).
+//!   needs two attention lookups at once (`headlab lab heads`);
+//! - `attach`: "the detectives follow the spy with the camera and hide it.", where what "with"
+//!   attaches to decides the number of the last verb (`headlab lab ambiguity`).
 
 use std::fmt;
 use std::str::FromStr;
@@ -23,21 +25,25 @@ pub enum BuiltinCorpus {
     Induction,
     Copy,
     Lookup,
+    Attach,
 }
 
 /// An unknown corpus name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown built-in corpus {name:?}; valid corpora: grammar, induction, copy, lookup")]
+#[error(
+    "unknown built-in corpus {name:?}; valid corpora: grammar, induction, copy, lookup, attach"
+)]
 pub struct UnknownCorpus {
     pub name: String,
 }
 
 impl BuiltinCorpus {
-    pub const ALL: [BuiltinCorpus; 4] = [
+    pub const ALL: [BuiltinCorpus; 5] = [
         BuiltinCorpus::Grammar,
         BuiltinCorpus::Induction,
         BuiltinCorpus::Copy,
         BuiltinCorpus::Lookup,
+        BuiltinCorpus::Attach,
     ];
 
     pub fn name(self) -> &'static str {
@@ -46,6 +52,7 @@ impl BuiltinCorpus {
             BuiltinCorpus::Induction => "induction",
             BuiltinCorpus::Copy => "copy",
             BuiltinCorpus::Lookup => "lookup",
+            BuiltinCorpus::Attach => "attach",
         }
     }
 
@@ -58,6 +65,7 @@ impl BuiltinCorpus {
             BuiltinCorpus::Induction => induction(seed, n_chars, seq_len),
             BuiltinCorpus::Copy => copy(seed, n_chars, seq_len),
             BuiltinCorpus::Lookup => lookup(seed, n_chars),
+            BuiltinCorpus::Attach => attach(seed, n_chars),
         }
     }
 }
@@ -629,6 +637,125 @@ pub fn lookup(seed: u64, n_chars: usize) -> String {
         .collect()
 }
 
+/// What "with" modifies in an `attach` sentence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Attachment {
+    /// The verb: the subject uses the thing ("follow ... with the telescope").
+    Verb,
+    /// The object noun: the object has the thing ("the spy with the hat").
+    Noun,
+}
+
+/// Things only an instrument: with one, "with" attaches to the verb.
+pub const INSTRUMENTS: [&str; 3] = ["telescope", "net", "lamp"];
+/// Things only worn: with one, "with" attaches to the noun.
+pub const POSSESSIONS: [&str; 3] = ["hat", "scarf", "coat"];
+/// Things either reading fits: the sentence's last verb says which was meant.
+pub const EITHER: [&str; 3] = ["camera", "umbrella", "map"];
+/// The last verb, "and <verb> it": it agrees with whoever has the thing.
+pub const HOLD_VERBS: [Inflected; 3] = [w("hides", "hide"), w("drops", "drop"), w("keeps", "keep")];
+
+/// One `attach` sentence and its facts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttachSentence {
+    /// Space-separated words ending in "." (no separator after it).
+    pub text: String,
+    /// What "with" modifies.
+    pub attachment: Attachment,
+    /// Whether the thing allows both readings (from [`EITHER`]).
+    pub ambiguous: bool,
+    /// Word indices of the main verb, the object noun, "with" and "and".
+    pub verb: usize,
+    pub noun: usize,
+    pub with: usize,
+    pub and: usize,
+    /// Numbers of the subject and the object.
+    pub subject_plural: bool,
+    pub object_plural: bool,
+}
+
+/// `n_chars` or more characters of `attach` sentences, separated by a space or (one time in
+/// four) a newline. Each is "SUBJECT VERB the OBJECT [from the city] with the THING and
+/// HOLD it." The thing is an instrument (the subject has it), a possession (the object has
+/// it), or either, read one way or the other at random; the last verb agrees in number with
+/// whoever has the thing. So when subject and object differ in number, that verb is
+/// predictable only from the attachment, and for an ambiguous thing not even from that.
+/// "from the city" (half the sentences) keeps the object noun from always standing next to
+/// "with".
+pub fn attach(seed: u64, n_chars: usize) -> String {
+    attach_sentences(seed, n_chars)
+        .iter()
+        .enumerate()
+        .fold(String::new(), |mut text, (i, s)| {
+            if i > 0 {
+                text.push(if i % 4 == 0 { '\n' } else { ' ' });
+            }
+            text.push_str(&s.text);
+            text
+        })
+}
+
+/// The sentences of [`attach`] with the same seed, in order.
+pub fn attach_sentences(seed: u64, n_chars: usize) -> Vec<AttachSentence> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (mut sentences, mut total) = (Vec::new(), 0);
+    while total < n_chars {
+        let s = attach_sentence(&mut rng);
+        total += s.text.len() + 1;
+        sentences.push(s);
+    }
+    sentences
+}
+
+fn attach_sentence(rng: &mut StdRng) -> AttachSentence {
+    let (subject_plural, object_plural) = (rng.random_bool(0.5), rng.random_bool(0.5));
+    let mut words: Vec<&'static str> = Vec::with_capacity(16);
+    noun_phrase(rng, &mut words, subject_plural);
+    let verb = words.len();
+    words.push(pick(rng, &TRANSITIVE_VERBS).form(subject_plural));
+    words.push("the");
+    let noun = words.len();
+    words.push(pick(rng, &NOUNS).form(object_plural));
+    if rng.random_bool(0.5) {
+        words.extend(["from", "the", "city"]);
+    }
+    let with = words.len();
+    words.push("with");
+    words.push("the");
+    let (thing, attachment, ambiguous) = match rng.random_range(0..3) {
+        0 => (pick(rng, &INSTRUMENTS), Attachment::Verb, false),
+        1 => (pick(rng, &POSSESSIONS), Attachment::Noun, false),
+        _ => {
+            let reading = if rng.random_bool(0.5) {
+                Attachment::Verb
+            } else {
+                Attachment::Noun
+            };
+            (pick(rng, &EITHER), reading, true)
+        }
+    };
+    words.push(thing);
+    let and = words.len();
+    words.push("and");
+    let holder_plural = match attachment {
+        Attachment::Verb => subject_plural,
+        Attachment::Noun => object_plural,
+    };
+    words.push(pick(rng, &HOLD_VERBS).form(holder_plural));
+    words.push("it");
+    AttachSentence {
+        text: words.join(" ") + ".",
+        attachment,
+        ambiguous,
+        verb,
+        noun,
+        with,
+        and,
+        subject_plural,
+        object_plural,
+    }
+}
+
 /// Lines `s|s` where `s` is random letters a–z of a random length in
 /// `max(1, max_len / 2) ..= max_len`; varying the length makes the copy offset vary, so
 /// a head must find the separator instead of using a fixed distance. `max_len` 0 is
@@ -989,5 +1116,71 @@ mod lookup_tests {
         assert!(swapped > 128, "{swapped} of 256 pairs change when swapped");
         assert_eq!(lookup(3, 1000), lookup(3, 1000));
         assert_ne!(lookup(3, 1000), lookup(4, 1000));
+    }
+}
+
+#[cfg(test)]
+mod attach_tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    /// Read from the text alone: for each thing, how often the last verb agrees with the
+    /// subject, over sentences whose subject and object differ in number.
+    #[test]
+    fn the_last_verb_agrees_with_whoever_the_attachment_gives_the_thing() {
+        let text = attach(11, 300_000);
+        assert_eq!(text, attach(11, 300_000));
+        let mut with_subject: HashMap<String, (usize, usize)> = HashMap::new();
+        for sentence in text
+            .split(['\n', ' '])
+            .collect::<Vec<_>>()
+            .join(" ")
+            .split(". ")
+        {
+            let words: Vec<&str> = sentence.trim_end_matches('.').split(' ').collect();
+            let verb = words
+                .iter()
+                .position(|w| inflection(&TRANSITIVE_VERBS, w).is_some())
+                .unwrap();
+            let subject = inflection(&NOUNS, words[verb - 1]).unwrap();
+            let object = inflection(&NOUNS, words[verb + 2]).unwrap();
+            let with = words.iter().position(|w| *w == "with").unwrap();
+            let (thing, hold) = (words[with + 2], words[with + 4]);
+            assert_eq!(words[with + 3], "and", "{sentence}");
+            let hold = inflection(&HOLD_VERBS, hold).unwrap();
+            if subject != object {
+                let e = with_subject.entry(thing.to_string()).or_default();
+                e.0 += usize::from(hold == subject);
+                e.1 += 1;
+            }
+        }
+        let share = |things: &[&str]| {
+            let (a, n) = things.iter().fold((0, 0), |(a, n), t| {
+                let (x, y) = with_subject[*t];
+                (a + x, n + y)
+            });
+            a as f64 / n as f64
+        };
+        // Determined by the thing: instruments always the subject's number, possessions the
+        // object's; with a thing that fits both the verb is a coin toss (ln 2 nats left).
+        assert_eq!(share(&INSTRUMENTS), 1.0);
+        assert_eq!(share(&POSSESSIONS), 0.0);
+        let p = share(&EITHER);
+        let h = -(p * p.ln() + (1.0 - p) * (1.0 - p).ln());
+        assert!((h - 2f64.ln()).abs() < 0.01, "share {p}, entropy {h}");
+    }
+
+    #[test]
+    fn the_noun_is_next_to_with_in_about_half_the_sentences() {
+        let sentences = attach_sentences(5, 100_000);
+        let adjacent = sentences.iter().filter(|s| s.with == s.noun + 1).count();
+        let share = adjacent as f64 / sentences.len() as f64;
+        assert!((0.45..0.55).contains(&share), "{share}");
+        for s in &sentences {
+            let words: Vec<&str> = s.text.trim_end_matches('.').split(' ').collect();
+            assert_eq!((words[s.with], words[s.and]), ("with", "and"));
+            assert!(inflection(&TRANSITIVE_VERBS, words[s.verb]).is_some());
+            assert!(inflection(&NOUNS, words[s.noun]).is_some());
+        }
     }
 }

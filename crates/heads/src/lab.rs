@@ -5,7 +5,8 @@
 //!   previous-token -> induction circuit of Olsson et al. 2022, with a visible phase change.
 //! - [`heads`]: equal d_model and parameter count with 1..64 heads, several seeds, on the
 //!   two-lookup `lookup` corpus, with which head fetches which source ([`lookup_probe`]).
-//! - [`ambiguity`]: where "with" looks in "the detective follows the spy with binoculars".
+//! - [`ambiguity`]: on the `attach` corpus, where "with" and "and" look when what "with"
+//!   attaches to decides the last verb's number.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,8 +15,7 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use headlab_data::corpus::{
-    GrammarSentence, LOOKUP_ALPHABET, LOOKUP_FAR, LOOKUP_NEAR, SentenceKind, grammar_sentences,
-    lookup_rule,
+    Attachment, HOLD_VERBS, LOOKUP_ALPHABET, LOOKUP_FAR, LOOKUP_NEAR, attach_sentences, lookup_rule,
 };
 use headlab_data::{DataError, Dataset, Split, Tokenizer, TokenizerError};
 use headlab_model::{ForwardOptions, Gpt};
@@ -24,7 +24,7 @@ use headlab_train::run::{OpenError, Trained, open_trained};
 use headlab_train::trainer::{Observer, TrainError, TrainOptions, load_dataset, train};
 use thiserror::Error;
 
-use crate::analysis::{HeadReport, Probe, head_report, mean_patterns, pattern_scores};
+use crate::analysis::{HeadReport, Probe, head_report, pattern_scores};
 use crate::history::{Circuit, HeadHistory, find_circuit};
 use crate::scores::label;
 use crate::tracker::HISTORY_FILE;
@@ -372,26 +372,95 @@ pub fn heads(
     })
 }
 
+/// The sentences `lab ambiguity` measures, by what decides the attachment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reading {
+    /// An instrument: "with" attaches to the verb, the last verb agrees with the subject.
+    Instrument,
+    /// A possession: "with" attaches to the noun, the last verb agrees with the object.
+    Possession,
+    /// A thing that fits both: read either way, which only the last verb shows.
+    Ambiguous,
+}
+
+impl Reading {
+    /// The three, in table order.
+    pub const ALL: [Reading; 3] = [Reading::Instrument, Reading::Possession, Reading::Ambiguous];
+
+    /// Its name in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Reading::Instrument => "instrument (verb)",
+            Reading::Possession => "possession (noun)",
+            Reading::Ambiguous => "either",
+        }
+    }
+}
+
+/// Attention of every head (`layer * n_heads + head`) from one position to the verb and to
+/// the object noun, averaged over a set of sentences.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Looks {
+    /// To the main verb's (last) token.
+    pub to_verb: Vec<f64>,
+    /// To the object noun's (last) token.
+    pub to_noun: Vec<f64>,
+}
+
+/// One kind of sentence in `lab ambiguity`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReadingRow {
+    /// Which sentences.
+    pub reading: Reading,
+    /// How many were measured (subject and object differ in number, so the last verb tells
+    /// the attachment).
+    pub sentences: usize,
+    /// From the "with" token.
+    pub at_with: Looks,
+    /// From the "and" token, where the model predicts the verb that agrees with the holder.
+    pub at_and: Looks,
+    /// Share of sentences where the model puts more probability on the holder's number of
+    /// the last verb than on the other number.
+    pub agreement: f64,
+    /// The same for "with" next to the noun, and for "from the city" between them: attention
+    /// to the noun from "with", mean over heads.
+    pub noun_adjacent: f64,
+    /// See `noun_adjacent`.
+    pub noun_distant: f64,
+}
+
 /// What `lab ambiguity` measured.
 #[derive(Debug, Clone)]
 pub struct AmbiguityLab {
     /// The run's config.
     pub config: RunConfig,
-    /// The sentence whose maps are drawn: the first measured one.
-    pub example: GrammarSentence,
-    /// Sentences measured.
-    pub sentences: usize,
-    /// Per `layer * n_heads + head`: mean attention from the last letter of "with" to the
-    /// verb's letters.
-    pub to_verb: Vec<f64>,
-    /// The same, to the letters of the noun before "with".
-    pub to_noun: Vec<f64>,
+    /// The sentence whose maps are drawn: the first measured ambiguous one.
+    pub example: String,
+    /// One row per reading.
+    pub rows: Vec<ReadingRow>,
     /// The final head table and the maps of the example.
     pub report: HeadReport,
 }
 
-/// Trains the ambiguity run into `dir/run` and measures where "with" looks in attachment
-/// sentences.
+/// Index of the last token of each word of `words` once `tokenizer` encodes them joined by
+/// spaces, or `None` when the words do not split that way (or a word is not one token where
+/// `single` asks it to be).
+fn word_ends(tokenizer: &Tokenizer, words: &[&str], single: &[usize]) -> Option<Vec<usize>> {
+    let mut ends = Vec::with_capacity(words.len());
+    let mut before = 0;
+    for i in 0..words.len() {
+        let n = tokenizer.encode(&words[..=i].join(" ")).ok()?.len();
+        if n <= before || (single.contains(&i) && n != before + 1) {
+            return None;
+        }
+        ends.push(n - 1);
+        before = n;
+    }
+    Some(ends)
+}
+
+/// Trains the ambiguity run into `dir/run` on the `attach` corpus and measures, for every
+/// head, where "with" and "and" look under each reading.
 pub fn ambiguity(
     config: RunConfig,
     dir: &Path,
@@ -402,50 +471,140 @@ pub fn ambiguity(
     let (trained, device, data) = open(&run_dir)?;
     let (cfg, tokenizer, model) = (&trained.config, &trained.tokenizer, &trained.model);
     let (layers, heads) = (cfg.model.n_layers, cfg.model.n_heads);
-    let mut to_verb = vec![0.0f64; layers * heads];
-    let mut to_noun = vec![0.0f64; layers * heads];
-    let mut measured: Vec<(GrammarSentence, Vec<u32>)> = Vec::new();
-    // The first 50 attachment sentences; those longer than the context are left out.
-    let candidates = grammar_sentences(cfg.train.seed.wrapping_add(99), 20_000)
-        .into_iter()
-        .filter(|s| s.kind == SentenceKind::AttachmentAmbiguity)
-        .take(50);
-    for sentence in candidates {
-        let text = format!(". {}", sentence.text);
-        let words: Vec<&str> = sentence.text.split(' ').collect();
-        let Some(with) = words.iter().position(|w| *w == "with") else {
-            continue;
-        };
-        let span = |word: usize| {
-            let start = 2 + words[..word].iter().map(|w| w.len() + 1).sum::<usize>();
-            start..start + words[word].len()
-        };
-        let (verb, noun, with_end) = (span(sentence.main_verb), span(with - 1), span(with).end - 1);
-        let ids = tokenizer.encode(&text)?;
-        if ids.len() > cfg.model.block_size || ids.len() != text.chars().count() {
-            continue;
-        }
-        let t = ids.len();
-        let maps = mean_patterns(model, &ids, 1, t, &device);
-        for l in 0..layers {
-            for h in 0..heads {
-                let row = &maps[l][h][with_end * t..(with_end + 1) * t];
-                to_verb[l * heads + h] += verb.clone().map(|j| f64::from(row[j])).sum::<f64>();
-                to_noun[l * heads + h] += noun.clone().map(|j| f64::from(row[j])).sum::<f64>();
-            }
-        }
-        measured.push((sentence, ids));
+    let n = layers * heads;
+    // First-token ids of each form of the last verb, singular and plural.
+    let first = |w: &str| -> Result<u32, LabError> { Ok(tokenizer.encode(&format!(" {w}"))?[0]) };
+    let mut forms: Vec<(u32, bool)> = Vec::new();
+    for v in HOLD_VERBS {
+        forms.push((first(v.singular)?, false));
+        forms.push((first(v.plural)?, true));
     }
-    let Some((example, example_ids)) = measured.first().cloned() else {
+    let mut rows = Vec::new();
+    let mut example: Option<(String, Vec<u32>)> = None;
+    let sentences = attach_sentences(cfg.train.seed.wrapping_add(99), 60_000);
+    for reading in Reading::ALL {
+        let mut row = ReadingRow {
+            reading,
+            sentences: 0,
+            at_with: Looks {
+                to_verb: vec![0.0; n],
+                to_noun: vec![0.0; n],
+            },
+            at_and: Looks {
+                to_verb: vec![0.0; n],
+                to_noun: vec![0.0; n],
+            },
+            agreement: 0.0,
+            noun_adjacent: 0.0,
+            noun_distant: 0.0,
+        };
+        let (mut adjacent, mut distant) = ((0.0, 0usize), (0.0, 0usize));
+        let picked = sentences.iter().filter(|s| {
+            s.subject_plural != s.object_plural
+                && match reading {
+                    Reading::Ambiguous => s.ambiguous,
+                    Reading::Instrument => !s.ambiguous && s.attachment == Attachment::Verb,
+                    Reading::Possession => !s.ambiguous && s.attachment == Attachment::Noun,
+                }
+        });
+        for s in picked.take(100) {
+            let words: Vec<&str> = s.text.split(' ').collect();
+            let Some(ends) = word_ends(tokenizer, &words, &[s.with, s.and]) else {
+                continue;
+            };
+            let ids = tokenizer.encode(&s.text)?;
+            let t = ids.len();
+            if t > cfg.model.block_size {
+                continue;
+            }
+            if reading == Reading::Ambiguous && example.is_none() {
+                example = Some((s.text.clone(), ids.clone()));
+            }
+            let input = Tensor::<2, Int>::from_data(
+                TensorData::new(
+                    ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>(),
+                    [1, t],
+                ),
+                &device,
+            );
+            let out = model.forward_with(
+                input,
+                ForwardOptions {
+                    return_weights: true,
+                    ..ForwardOptions::default()
+                },
+            );
+            let (verb, noun, with, and) = (ends[s.verb], ends[s.noun], ends[s.with], ends[s.and]);
+            for (l, weights) in out.weights.into_iter().enumerate() {
+                // [1, h, t, t]
+                let a = weights
+                    .into_data()
+                    .try_into_vec_as::<f32>()
+                    .expect("f32 weights");
+                for h in 0..heads {
+                    let at = |q: usize, k: usize| f64::from(a[(h * t + q) * t + k]);
+                    let k = l * heads + h;
+                    row.at_with.to_verb[k] += at(with, verb);
+                    row.at_with.to_noun[k] += at(with, noun);
+                    row.at_and.to_verb[k] += at(and, verb);
+                    row.at_and.to_noun[k] += at(and, noun);
+                    let side = if with == noun + 1 {
+                        &mut adjacent
+                    } else {
+                        &mut distant
+                    };
+                    side.0 += at(with, noun) / n as f64;
+                }
+            }
+            if with == noun + 1 {
+                adjacent.1 += 1;
+            } else {
+                distant.1 += 1;
+            }
+            // The holder's number: the subject's for the verb reading, the object's for the noun's.
+            let holder = match s.attachment {
+                Attachment::Verb => s.subject_plural,
+                Attachment::Noun => s.object_plural,
+            };
+            let logits = out
+                .logits
+                .into_data()
+                .try_into_vec_as::<f32>()
+                .expect("f32 logits");
+            let vocab = logits.len() / t;
+            let row_logits = &logits[and * vocab..(and + 1) * vocab];
+            let mass = |plural: bool| -> f64 {
+                forms
+                    .iter()
+                    .filter(|f| f.1 == plural)
+                    .map(|f| f64::from(row_logits[f.0 as usize]).exp())
+                    .sum()
+            };
+            row.agreement += f64::from(u8::from(mass(holder) > mass(!holder)));
+            row.sentences += 1;
+        }
+        let count = row.sentences.max(1) as f64;
+        for v in [
+            &mut row.at_with.to_verb,
+            &mut row.at_with.to_noun,
+            &mut row.at_and.to_verb,
+            &mut row.at_and.to_noun,
+        ] {
+            v.iter_mut().for_each(|x| *x /= count);
+        }
+        row.agreement /= count;
+        row.noun_adjacent = adjacent.0 / adjacent.1.max(1) as f64;
+        row.noun_distant = distant.0 / distant.1.max(1) as f64;
+        rows.push(row);
+    }
+    let Some((example, example_ids)) = example else {
         return Err(LabError::Nothing(
-            "no attachment sentence fits the model's context".into(),
+            "no ambiguous sentence fits the model's context with \"with\" and \"and\" as one \
+             token each (lab ambiguity needs data.builtin = \"attach\" and data.tokenizer = \
+             \"bpe\")"
+                .into(),
         ));
     };
-    let n = measured.len() as f64;
-    to_verb
-        .iter_mut()
-        .chain(to_noun.iter_mut())
-        .for_each(|v| *v /= n);
     let vocab = tokenizer.vocab_size();
     let ids = Some(example_ids.clone());
     let probe = Probe::new(&data, cfg.model.block_size, vocab, ids, cfg.train.seed)?;
@@ -453,9 +612,7 @@ pub fn ambiguity(
     Ok(AmbiguityLab {
         config: trained.config.clone(),
         example,
-        sentences: measured.len(),
-        to_verb,
-        to_noun,
+        rows,
         report,
     })
 }

@@ -2,7 +2,8 @@
 
 use std::fmt::Write as _;
 
-use headlab_heads::lab::{AmbiguityLab, HeadsLab, InductionLab};
+use headlab_data::corpus::{EITHER, INSTRUMENTS, POSSESSIONS};
+use headlab_heads::lab::{AmbiguityLab, HeadsLab, InductionLab, Reading, ReadingRow};
 
 use crate::heads::to_table;
 
@@ -415,65 +416,158 @@ pub fn heads_png(lab: &HeadsLab, path: &std::path::Path) -> Result<(), crate::Re
 /// `lab ambiguity`'s summary.
 pub fn ambiguity_summary(lab: &AmbiguityLab, reproduce: &str) -> String {
     let (layers, heads) = (lab.config.model.n_layers, lab.config.model.n_heads);
+    let n = layers * heads;
     let mut s = String::from("# lab ambiguity\n\n");
     let _ = writeln!(
         s,
-        "{} A {layers}-layer, {heads}-head char-level model trained on the grammar corpus; attention from the last letter of \"with\" to the letters of the verb and of the object noun, averaged over {} such sentences.\n",
-        readings(&lab.example.text, lab.example.main_verb),
-        lab.sentences
+        "In \"{}\", does \"with\" attach to the verb (the subject uses the thing) or to the \
+         noun (the object has it)? In the `attach` corpus the sentence ends \"and hide(s) it\", \
+         the verb agreeing with whoever has the thing: instruments ({}) attach to the verb, \
+         worn things ({}) to the noun, and {} either way at random, so only that last verb \
+         shows which. A {layers}-layer, {heads}-head model on {} tokens (\"with\" and \"and\" \
+         one token each), {} steps. Measured on sentences whose subject and object differ in \
+         number, so the last verb's number tells the reading; \"from the city\" stands between \
+         the noun and \"with\" in about half of them.\n",
+        lab.example,
+        INSTRUMENTS.join(", "),
+        POSSESSIONS.join(", "),
+        EITHER.join(", "),
+        lab.config.data.tokenizer,
+        lab.config.train.max_iters
     );
-    s += "| layer | head | to verb | to noun | attaches to |\n|---|---|---|---|---|\n";
-    for l in 0..layers {
-        for h in 0..heads {
-            let (v, o) = (lab.to_verb[l * heads + h], lab.to_noun[l * heads + h]);
-            let side = if (v - o).abs() < 0.05 {
-                "neither"
-            } else if v > o {
-                "verb"
-            } else {
-                "noun"
-            };
-            let _ = writeln!(s, "| {l} | {h} | {v:.3} | {o:.3} | {side} |");
-        }
+    s += "| reading | sentences | the model prefers the holder's number at \"and\" |\n|---|---|---|\n";
+    for r in &lab.rows {
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.3} |",
+            r.reading.name(),
+            r.sentences,
+            r.agreement
+        );
     }
-    s += "\nBoth readings fit every such sentence; the table shows which side each head reads from when the model is at \"with\".\n\n";
+    let row = |reading: Reading| lab.rows.iter().find(|r| r.reading == reading);
+    let (Some(inst), Some(poss), Some(either)) = (
+        row(Reading::Instrument),
+        row(Reading::Possession),
+        row(Reading::Ambiguous),
+    ) else {
+        return s;
+    };
+    s += "\nAttention from \"and\", the position that predicts the agreeing verb, to the main \
+          verb and to the object noun:\n\n";
+    s += "| layer.head | instrument: verb | noun | possession: verb | noun | either: verb | noun | reads |\n|---|---|---|---|---|---|---|---|\n";
+    let margin = 0.05;
+    let (mut switching, mut both) = (Vec::new(), Vec::new());
+    let (mut verb_side, mut noun_side) = (Vec::new(), Vec::new());
+    for k in 0..n {
+        let (iv, inn) = (inst.at_and.to_verb[k], inst.at_and.to_noun[k]);
+        let (pv, pn) = (poss.at_and.to_verb[k], poss.at_and.to_noun[k]);
+        let (ev, en) = (either.at_and.to_verb[k], either.at_and.to_noun[k]);
+        let name = format!("{}.{}", k / heads, k % heads);
+        let reads = if iv > inn + margin && pn > pv + margin {
+            switching.push(name.clone());
+            "switches: verb for instruments, noun for possessions"
+        } else if iv > inn + margin && pv > pn + margin {
+            verb_side.push(name.clone());
+            "the verb either way"
+        } else if inn > iv + margin && pn > pv + margin {
+            noun_side.push(name.clone());
+            "the noun either way"
+        } else {
+            "no side by more than 0.05"
+        };
+        if ev >= 0.1 && en >= 0.1 {
+            both.push(format!("{name} ({ev:.2} verb, {en:.2} noun)"));
+        }
+        let _ = writeln!(
+            s,
+            "| {name} | {iv:.3} | {inn:.3} | {pv:.3} | {pn:.3} | {ev:.3} | {en:.3} | {reads} |"
+        );
+    }
+    s += "\nFrom \"with\" (which comes before the thing, so it cannot know the reading yet), all \
+          sentences:\n\n| layer.head | to verb | to noun |\n|---|---|---|\n";
+    let total: usize = lab.rows.iter().map(|r| r.sentences).sum::<usize>().max(1);
+    for k in 0..n {
+        let mean = |f: &dyn Fn(&ReadingRow) -> f64| {
+            lab.rows
+                .iter()
+                .map(|r| f(r) * r.sentences as f64)
+                .sum::<f64>()
+                / total as f64
+        };
+        let _ = writeln!(
+            s,
+            "| {}.{} | {:.3} | {:.3} |",
+            k / heads,
+            k % heads,
+            mean(&|r| r.at_with.to_verb[k]),
+            mean(&|r| r.at_with.to_noun[k])
+        );
+    }
+    let adjacent = lab.rows.iter().map(|r| r.noun_adjacent).sum::<f64>() / 3.0;
+    let distant = lab.rows.iter().map(|r| r.noun_distant).sum::<f64>() / 3.0;
+    let _ = writeln!(
+        s,
+        "\nDistance: from \"with\", a head gives the noun {adjacent:.3} of its attention on \
+         average when the noun is next to \"with\", and {distant:.3} when \"from the city\" \
+         stands between them.\n"
+    );
+    s += "## What this shows, and what it does not\n\n";
+    let _ = write!(
+        s,
+        "With an instrument the model prefers the subject's number at \"and\" in {:.0}% of \
+         sentences, with a possession the object's in {:.0}%: ",
+        100.0 * inst.agreement,
+        100.0 * poss.agreement
+    );
+    s += if inst.agreement > 0.9 && poss.agreement > 0.9 {
+        "it has learned what the attachment decides. "
+    } else {
+        "it has not fully learned what the attachment decides. "
+    };
+    let _ = write!(
+        s,
+        "With a thing that fits both, the reading is a coin toss the model cannot see, and it \
+         matches it in {:.0}% of sentences. ",
+        100.0 * either.agreement
+    );
+    if switching.is_empty() {
+        s += "No head switches from the verb to the noun with the reading by more than 0.05. ";
+    } else {
+        let _ = write!(
+            s,
+            "Heads that look at the verb under the instrument reading and at the noun under the \
+             possession reading: {}. ",
+            switching.join(", ")
+        );
+    }
+    if !verb_side.is_empty() && !noun_side.is_empty() {
+        let _ = write!(
+            s,
+            "Different heads fetch the two candidates under every reading: {} the verb, {} the \
+             noun; since where they look does not change with the reading, the choice between \
+             the two numbers is not made by where these heads look. ",
+            verb_side.join(", "),
+            noun_side.join(", ")
+        );
+    }
+    if both.is_empty() {
+        s += "Under the ambiguous sentences no head gives both the verb and the noun 0.1 of \
+              its attention or more: no head keeps both readings in view.";
+    } else {
+        let _ = write!(
+            s,
+            "Under the ambiguous sentences these heads give both the verb and the noun at \
+             least 0.1 of their attention, keeping both in view: {}.",
+            both.join(", ")
+        );
+    }
+    s += "\n\nAttention is where a head reads from, not proof of what the model uses: the \
+          number could also reach \"and\" through the residual stream of other positions (the \
+          verb's own form carries the subject's number). One model, one seed, one size.\n\n";
     s += &format!(
         "![attention on an example sentence](attention.png)\n\nThe run's page, with every \
          head's map through training: [report.html](report.html).\n\nReproduce: `{reproduce}`\n"
     );
     s
-}
-
-/// The question an attachment sentence poses, in its own words: "with X" as the verb's
-/// instrument or as the noun's possession.
-pub fn readings(sentence: &str, main_verb: usize) -> String {
-    let words: Vec<&str> = sentence.trim_end_matches('.').split(' ').collect();
-    let Some(with) = words.iter().position(|w| *w == "with") else {
-        return format!("In \"{sentence}\", where does the prepositional phrase attach?");
-    };
-    let (verb, noun, object) = (
-        words[main_verb],
-        words[with - 1],
-        words[with + 1..].join(" "),
-    );
-    format!(
-        "In \"{sentence}\", does \"with {object}\" attach to the verb (an instrument: {verb} \
-         using {object}) or to the noun (the {noun} with {object})?"
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::readings;
-
-    #[test]
-    fn the_readings_quote_the_measured_sentence() {
-        let text = readings("the cat watches the tall children with a camera.", 2);
-        assert_eq!(
-            text,
-            "In \"the cat watches the tall children with a camera.\", does \"with a camera\" \
-             attach to the verb (an instrument: watches using a camera) or to the noun (the \
-             children with a camera)?"
-        );
-    }
 }
