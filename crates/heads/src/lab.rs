@@ -148,6 +148,8 @@ pub struct HeadCount {
     pub val_losses: Vec<f64>,
     /// How many heads got each label, over all seeds.
     pub labels: BTreeMap<String, usize>,
+    /// The same per seed, in seed order.
+    pub run_labels: Vec<BTreeMap<String, usize>>,
     /// On the lookup corpus, each seed's run measured by [`lookup_probe`], in seed order
     /// (empty on other corpora).
     pub lookups: Vec<LookupProbe>,
@@ -316,6 +318,7 @@ pub fn heads(
             params: 0,
             val_losses: Vec::new(),
             labels: BTreeMap::new(),
+            run_labels: Vec::new(),
             lookups: Vec::new(),
         };
         for &seed in &seeds {
@@ -351,8 +354,8 @@ pub fn heads(
             if let Some(measured) = lookup_probe(model, &trained.tokenizer, &data, block, &device) {
                 count.lookups.push(measured);
             }
+            let mut run_labels = BTreeMap::new();
             for p in pattern_scores(model, &probe, &device).0 {
-                let block = cfg.model.block_size;
                 let l = label(
                     p.induction,
                     p.previous_token,
@@ -361,7 +364,9 @@ pub fn heads(
                     block,
                 );
                 *count.labels.entry(l.to_string()).or_default() += 1;
+                *run_labels.entry(l.to_string()).or_default() += 1;
             }
+            count.run_labels.push(run_labels);
         }
         counts.push(count);
     }

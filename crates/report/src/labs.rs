@@ -159,7 +159,8 @@ pub fn heads_summary(lab: &HeadsLab, reproduce: &str) -> String {
     }
     s += &format!(
         "\nReproduce: `{reproduce}` (per-run directories `h<heads>-s<seed>/` hold curves, \
-         checkpoints and each run's page, `report.html`; `val_loss.csv` every run's numbers).\n"
+         checkpoints and each run's page, `report.html`; `val_loss.csv` every run's val loss, accuracy \
+         and head labels).\n"
     );
     s
 }
@@ -362,16 +363,28 @@ fn lookup_reading(lab: &HeadsLab) -> String {
     s
 }
 
-/// `lab heads`'s `val_loss.csv`: one row per run (accuracy empty off the lookup corpus).
+/// `lab heads`'s `val_loss.csv`: one row per run, with its val loss, accuracy (empty off the
+/// lookup corpus) and head labels.
 pub fn heads_csv(lab: &HeadsLab) -> String {
-    let mut csv = String::from("n_heads,d_k,seed,val_loss,accuracy\n");
+    let mut csv = String::from("n_heads,d_k,seed,val_loss,accuracy,head_labels\n");
     for c in &lab.counts {
         for (i, (seed, loss)) in lab.seeds.iter().zip(&c.val_losses).enumerate() {
             let acc = c
                 .lookups
                 .get(i)
                 .map_or(String::new(), |l| format!("{:.5}", l.accuracy));
-            let _ = writeln!(csv, "{},{},{seed},{loss:.5},{acc}", c.n_heads, c.d_k);
+            // "diffuse 3; previous-token 1": no commas inside the field.
+            let labels = c.run_labels.get(i).map_or(String::new(), |m| {
+                m.iter()
+                    .map(|(k, v)| format!("{k} {v}"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            });
+            let _ = writeln!(
+                csv,
+                "{},{},{seed},{loss:.5},{acc},{labels}",
+                c.n_heads, c.d_k
+            );
         }
     }
     csv
