@@ -171,6 +171,12 @@ pub struct LookupProbe {
     pub to_far: Vec<f64>,
     /// Per head: the accuracy with that head's output zeroed.
     pub ablated: Vec<f64>,
+    /// Per head, with it zeroed: the share of predictions that still fit the near source
+    /// (the most likely letter is one the near letter allows, whatever the far one), which
+    /// is 1 while the near lookup survives and about 1/4 once it is lost.
+    pub ablated_fits_near: Vec<f64>,
+    /// The same for the far source.
+    pub ablated_fits_far: Vec<f64>,
 }
 
 /// Val windows `[n, block]` of a lookup run: at most 64, end to end from the split's start.
@@ -219,18 +225,27 @@ pub fn lookup_probe(
         let at = |q: usize| letter[ids[w * block + q] as usize];
         lookup_rule(at(p + 1 - LOOKUP_NEAR), at(p + 1 - LOOKUP_FAR))
     };
-    let accuracy = |logits: Tensor<3>| {
+    let m = LOOKUP_ALPHABET.len() as u8;
+    let source = |w: usize, p: usize, back: usize| letter[ids[w * block + p + 1 - back] as usize];
+    // Shares of predictions whose most likely letter is the rule's, fits the near source
+    // (some far letter would give it), and fits the far source.
+    let measure = |logits: Tensor<3>| {
         let logits = logits
             .into_data()
             .try_into_vec_as::<f32>()
             .expect("f32 logits");
-        let mut hits = 0usize;
+        let (mut hits, mut near, mut far) = (0usize, 0usize, 0usize);
         for (w, p) in queries() {
             let row = &logits[(w * block + p) * vocab..(w * block + p + 1) * vocab];
             let best = (0..vocab).fold(0, |b, v| if row[v] > row[b] { v } else { b });
-            hits += usize::from(letter[best] == rule(w, p));
+            let guess = letter[best];
+            hits += usize::from(guess == rule(w, p));
+            let (a, b) = (source(w, p, LOOKUP_NEAR), source(w, p, LOOKUP_FAR));
+            near += usize::from((0..m).any(|x| lookup_rule(a, x) == guess));
+            far += usize::from((0..m).any(|x| lookup_rule(x, b) == guess));
         }
-        hits as f64 / queries().count() as f64
+        let n = queries().count() as f64;
+        (hits as f64 / n, near as f64 / n, far as f64 / n)
     };
     let out = model.forward_with(
         input.clone(),
@@ -259,8 +274,8 @@ pub fn lookup_probe(
         .iter_mut()
         .chain(&mut to_far)
         .for_each(|v| *v /= count);
-    let accuracy_all = accuracy(out.logits);
-    let ablated = (0..layers * heads)
+    let accuracy_all = measure(out.logits).0;
+    let ablations: Vec<(f64, f64, f64)> = (0..layers * heads)
         .map(|k| {
             let mut mask = vec![1.0f32; layers * heads];
             mask[k] = 0.0;
@@ -269,7 +284,7 @@ pub fn lookup_probe(
                 head_mask: Some(mask),
                 ..ForwardOptions::default()
             };
-            accuracy(model.forward_with(input.clone(), options).logits)
+            measure(model.forward_with(input.clone(), options).logits)
         })
         .collect();
     Some(LookupProbe {
@@ -277,7 +292,9 @@ pub fn lookup_probe(
         accuracy: accuracy_all,
         to_near,
         to_far,
-        ablated,
+        ablated: ablations.iter().map(|a| a.0).collect(),
+        ablated_fits_near: ablations.iter().map(|a| a.1).collect(),
+        ablated_fits_far: ablations.iter().map(|a| a.2).collect(),
     })
 }
 

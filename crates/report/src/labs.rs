@@ -196,18 +196,23 @@ fn mechanism(lab: &HeadsLab) -> String {
              the near source (1 back) and the far source (5 back), and the accuracy with that \
              head's output zeroed (chance: 1/16 = 0.0625).\n"
         );
-        s += "| seed | layer.head | to near source | to far source | accuracy | accuracy ablated |\n|---|---|---|---|---|---|\n";
+        s += "With a head zeroed, \"fits near\" is the share of predictions whose most likely \
+              letter is one the near source allows (whatever the far letter), \"fits far\" the \
+              same for the far source: 1 while that lookup survives, about 1/4 once it is lost.\n\n";
+        s += "| seed | layer.head | to near source | to far source | accuracy | accuracy ablated | fits near, ablated | fits far, ablated |\n|---|---|---|---|---|---|---|---|\n";
         let mut lines = Vec::new();
         for (h, seed, l, _) in runs.clone().filter(|r| r.0 == fewest) {
             for k in 0..l.to_near.len() {
                 let _ = writeln!(
                     s,
-                    "| {seed} | {} | {:.3} | {:.3} | {:.3} | {:.3} |",
+                    "| {seed} | {} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} |",
                     name(h, k),
                     l.to_near[k],
                     l.to_far[k],
                     l.accuracy,
-                    l.ablated[k]
+                    l.ablated[k],
+                    l.ablated_fits_near[k],
+                    l.ablated_fits_far[k]
                 );
             }
             let (near, far) = (top(&l.to_near), top(&l.to_far));
@@ -220,11 +225,18 @@ fn mechanism(lab: &HeadsLab) -> String {
             } else {
                 format!(
                     "seed {seed}: head {} takes the near source, head {} the far one; zeroing \
-                     them leaves {:.3} and {:.3}",
+                     {} leaves accuracy {:.3} with {:.3} of predictions fitting the near source \
+                     and {:.3} the far one; zeroing {} leaves {:.3}, fitting {:.3} and {:.3}",
                     name(h, near),
                     name(h, far),
+                    name(h, near),
                     l.ablated[near],
-                    l.ablated[far]
+                    l.ablated_fits_near[near],
+                    l.ablated_fits_far[near],
+                    name(h, far),
+                    l.ablated[far],
+                    l.ablated_fits_near[far],
+                    l.ablated_fits_far[far]
                 )
             });
         }
