@@ -371,7 +371,14 @@ fn an_exported_and_reimported_run_has_the_same_loss_and_head_scores() {
     assert!(before.contains("loss"), "{before}");
     assert_eq!(before, after);
     let scores = |run: &str| -> Vec<f64> {
-        ok(&headlab(&["heads", run, "--text", text], dir.path()));
+        let out = headlab(&["heads", run, "--text", text], dir.path());
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(
+            stderr.contains("this run was imported and has no training text"),
+            run == "back",
+            "{stderr}"
+        );
+        ok(&out);
         let path = dir.path().join(run).join("heads/heads.json");
         let json: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();

@@ -59,9 +59,15 @@ pub fn write(args: &HeadsArgs) -> Result<(PathBuf, HeadReport)> {
     let data = match load_dataset(&run, &config, tokenizer.clone()) {
         Ok(data) => Some(data),
         Err(e) if text.is_some() => {
+            // An imported model never had training text here; anything else lost its data.
+            let why = if run.root.join(headlab_train::import::IMPORT_FILE).is_file() {
+                "this run was imported and has no training text".to_string()
+            } else {
+                e.to_string()
+            };
             eprintln!(
-                "note: {e}; going on without the run's data: the maps and pattern scores use your \
-                 text and random sequences, ablation and importance are skipped (NaN)"
+                "note: {why}; going on without the run's data: the maps and pattern scores use \
+                 your text and random sequences, ablation and importance are skipped (NaN)"
             );
             None
         }
