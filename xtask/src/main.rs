@@ -1,5 +1,6 @@
 //! `cargo xtask <task>`: project automation in Rust, so it runs wherever cargo does.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -26,6 +27,10 @@ enum Task {
     /// in Hugging Face transformers (tools/hf_interop.py, in the bench's venv): the tokenizer
     /// must give the text back and the loss on it must match `headlab eval`'s.
     Interop(InteropArgs),
+    /// Checks that `cargo run --release -- train` and `cargo test --release --workspace` give
+    /// every shared dependency the same features, so the second builds no dependency the first
+    /// built. A difference is fixed in crates/workspace-hack/Cargo.toml.
+    Features,
 }
 
 /// `cargo xtask interop`.
@@ -330,6 +335,70 @@ fn torch_venv() -> Result<PathBuf> {
     Ok(python)
 }
 
+/// Each dependency's features as `cargo tree` resolves them for `args`, keyed by
+/// "name vVERSION"; headlab's own crates are left out (their `test-hooks` feature is meant to
+/// differ).
+fn resolved_features(root: &Path, args: &[&str]) -> Result<BTreeMap<String, String>> {
+    let out = cargo()
+        .current_dir(root)
+        .args(["tree", "--locked", "--prefix", "none", "-f", "{p}|{f}"])
+        .args(args)
+        .output()
+        .context("running cargo tree")?;
+    if !out.status.success() {
+        bail!(
+            "cargo tree {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let mut features = BTreeMap::new();
+    for line in String::from_utf8_lossy(&out.stdout).lines() {
+        let Some((package, list)) = line.split_once('|') else {
+            continue;
+        };
+        // Path dependencies print their folder: "headlab-model v0.2.0 (/work/...)".
+        if package.contains(" (/") {
+            continue;
+        }
+        let package = package.trim_end_matches(" (proc-macro)").to_string();
+        features.insert(package, list.trim_end_matches(" (*)").to_string());
+    }
+    Ok(features)
+}
+
+/// The shared dependencies whose features differ between the binary's build and the test
+/// build, one line each.
+fn feature_drift(root: &Path) -> Result<Vec<String>> {
+    let run = resolved_features(root, &["-p", "headlab", "-e", "normal,build"])?;
+    let test = resolved_features(root, &["--workspace", "-e", "normal,build,dev"])?;
+    if run.is_empty() {
+        bail!("cargo tree listed no dependency of the headlab binary");
+    }
+    Ok(run
+        .iter()
+        .filter_map(|(package, features)| {
+            let other = test.get(package)?;
+            (other != features).then(|| {
+                format!("{package}: [{features}] for `cargo run`, [{other}] for `cargo test`")
+            })
+        })
+        .collect())
+}
+
+fn features() -> Result<()> {
+    let drift = feature_drift(&root())?;
+    if drift.is_empty() {
+        println!("features: `cargo run` and `cargo test` resolve every dependency alike");
+        return Ok(());
+    }
+    bail!(
+        "these dependencies would be built twice, once for `cargo run` and once for `cargo \
+         test`:\n  {}\nadd the test build's features to crates/workspace-hack/Cargo.toml",
+        drift.join("\n  ")
+    )
+}
+
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Ci => {
@@ -347,5 +416,24 @@ fn main() -> Result<()> {
         }
         Task::Bench(args) => bench(args),
         Task::Interop(args) => interop(args),
+        Task::Features => features(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The README's two commands share one build of Burn: a dev-dependency or bench-only
+    /// crate that turns on a feature of a shared crate fails here, before anyone waits for the
+    /// GPU stack to compile a second time.
+    #[test]
+    fn run_and_test_resolve_dependencies_alike() {
+        let drift = feature_drift(&root()).unwrap();
+        assert!(
+            drift.is_empty(),
+            "add these to crates/workspace-hack/Cargo.toml:\n{}",
+            drift.join("\n")
+        );
     }
 }

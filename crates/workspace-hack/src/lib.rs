@@ -1,0 +1,1 @@
+//! Nothing to import: this crate exists for its dependencies' features (see Cargo.toml).
