@@ -201,17 +201,42 @@ def make_hf(folder):
     return tok.get_vocab_size()
 
 
+def make_hf_padded(folder):
+    """A GPT-2 whose embedding has more rows (320, a multiple of 64) than its tokenizer has
+    tokens (268), as nanoGPT's 50304 rows for GPT-2's 50257 tokens. transformers loads it; the
+    logits cover all 320 rows, of which the first 268 are tokens."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tok = train_tokenizer(268)
+    tok.save(str(folder / "tokenizer.json"))
+    text_ids = tok.encode(TOKENIZER_TEXT).ids
+    assert tok.decode(text_ids) == TOKENIZER_TEXT
+    text_ids = text_ids[:48]  # within n_positions 64
+    torch.manual_seed(SEED)
+    model = GPT2LMHeadModel(hf_config(320, "gelu_new"))
+    perturb(model, torch.Generator().manual_seed(SEED + 3))
+    model.eval()
+    model.save_pretrained(str(folder), safe_serialization=True)
+    (folder / "generation_config.json").unlink(missing_ok=True)
+    logits = hf_logits(model, text_ids)
+    assert logits.shape == (len(text_ids), 320), logits.shape
+    write_json(
+        folder / "logits.json",
+        {"ids": text_ids, "logits": f32_rows(logits), "text": tok.decode(text_ids), "versions": versions()},
+    )
+    return tok.get_vocab_size()
+
+
 # ---------------------------------------------------------------- nanoGPT
 
 
 class SelfAttention(nn.Module):
     """Causal attention; one [3d, d] projection whose output rows are q, then k, then v."""
 
-    def __init__(self, d, n_head):
+    def __init__(self, d, n_head, bias):
         super().__init__()
         self.n_head = n_head
-        self.c_attn = nn.Linear(d, 3 * d)
-        self.c_proj = nn.Linear(d, d)
+        self.c_attn = nn.Linear(d, 3 * d, bias=bias)
+        self.c_proj = nn.Linear(d, d, bias=bias)
 
     def forward(self, x):
         b, t, d = x.shape
@@ -229,22 +254,25 @@ class SelfAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d):
+    def __init__(self, d, bias):
         super().__init__()
-        self.c_fc = nn.Linear(d, 4 * d)
-        self.c_proj = nn.Linear(4 * d, d)
+        self.c_fc = nn.Linear(d, 4 * d, bias=bias)
+        self.c_proj = nn.Linear(4 * d, d, bias=bias)
 
     def forward(self, x):
         return self.c_proj(F.gelu(self.c_fc(x), approximate="none"))
 
 
 class Layer(nn.Module):
-    def __init__(self, d, n_head):
+    """nanoGPT's block; bias=False (train.py's default) drops the biases of every Linear and
+    LayerNorm, so a LayerNorm holds only its weight."""
+
+    def __init__(self, d, n_head, bias):
         super().__init__()
-        self.ln_1 = nn.LayerNorm(d, eps=1e-5)
-        self.attn = SelfAttention(d, n_head)
-        self.ln_2 = nn.LayerNorm(d, eps=1e-5)
-        self.mlp = FeedForward(d)
+        self.ln_1 = nn.LayerNorm(d, eps=1e-5, bias=bias)
+        self.attn = SelfAttention(d, n_head, bias)
+        self.ln_2 = nn.LayerNorm(d, eps=1e-5, bias=bias)
+        self.mlp = FeedForward(d, bias)
 
     def forward(self, x):
         x = x + self.attn(self.ln_1(x))
@@ -254,14 +282,14 @@ class Layer(nn.Module):
 class NanoGpt(nn.Module):
     """A pre-LayerNorm GPT whose state_dict keys are the ones nanoGPT's checkpoints hold."""
 
-    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd):
+    def __init__(self, vocab_size, block_size, n_layer, n_head, n_embd, bias=True):
         super().__init__()
         self.transformer = nn.ModuleDict(
             {
                 "wte": nn.Embedding(vocab_size, n_embd),
                 "wpe": nn.Embedding(block_size, n_embd),
-                "h": nn.ModuleList(Layer(n_embd, n_head) for _ in range(n_layer)),
-                "ln_f": nn.LayerNorm(n_embd, eps=1e-5),
+                "h": nn.ModuleList(Layer(n_embd, n_head, bias) for _ in range(n_layer)),
+                "ln_f": nn.LayerNorm(n_embd, eps=1e-5, bias=bias),
             }
         )
         self.lm_head = nn.Linear(n_embd, vocab_size, bias=False)
@@ -319,13 +347,21 @@ def one_adamw_step(model, data, block_size, generator):
 
 
 def check_against_transformers(model_args, state, ids, logits):
-    """The same weights in transformers' GPT-2 (Conv1D keeps [in, out]) give the same logits."""
+    """The same weights in transformers' GPT-2 (Conv1D keeps [in, out]) give the same logits;
+    a bias-free model's missing biases are zeros there (GPT-2 always has them)."""
     config = hf_config(model_args["vocab_size"], "gelu")
     config.n_positions = model_args["block_size"]
     reference = GPT2LMHeadModel(config)
     linears = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
     converted = {k: (v.t().contiguous() if k.endswith(linears) else v) for k, v in state.items()}
-    reference.load_state_dict(converted, strict=True)
+    for key, value in reference.state_dict().items():
+        if key.endswith(".bias") and key not in converted and not key.endswith(".attn.bias"):
+            assert not model_args["bias"], f"{key} is missing"
+            converted[key] = torch.zeros_like(value)
+    reference.load_state_dict(converted, strict=False)
+    assert not set(converted) - set(reference.state_dict()), "keys transformers lacks"
+    missing = set(reference.state_dict()) - set(converted)
+    assert all(k.endswith((".attn.bias", ".attn.masked_bias")) for k in missing), missing
     reference.eval()
     theirs = hf_logits(reference, ids)
     gap = (theirs - logits).abs().max().item()
@@ -333,7 +369,7 @@ def check_against_transformers(model_args, state, ids, logits):
     return gap
 
 
-def make_nanogpt(folder):
+def make_nanogpt(folder, bias=True):
     folder.mkdir(parents=True, exist_ok=True)
     chars = sorted(set(CORPUS))
     vocab_size = len(chars)
@@ -342,14 +378,15 @@ def make_nanogpt(folder):
     itos = {i: ch for i, ch in enumerate(chars)}
     with open(folder / "meta.pkl", "wb") as f:
         pickle.dump({"vocab_size": vocab_size, "itos": itos, "stoi": stoi}, f)
-    with open(folder / "evil-meta.pkl", "wb") as f:
-        pickle.dump(RunsAShellCommand(), f)
+    if bias:
+        with open(folder / "evil-meta.pkl", "wb") as f:
+            pickle.dump(RunsAShellCommand(), f)
 
     model_args = dict(
-        n_layer=2, n_head=4, n_embd=32, block_size=64, bias=True, vocab_size=vocab_size, dropout=0.0
+        n_layer=2, n_head=4, n_embd=32, block_size=64, bias=bias, vocab_size=vocab_size, dropout=0.0
     )
     torch.manual_seed(SEED)
-    model = NanoGpt(vocab_size, model_args["block_size"], 2, 4, 32)
+    model = NanoGpt(vocab_size, model_args["block_size"], 2, 4, 32, bias)
     generator = torch.Generator().manual_seed(SEED + 2)
     perturb(model, generator)
     data = torch.tensor([stoi[ch] for ch in CORPUS])
@@ -388,13 +425,14 @@ def make_nanogpt(folder):
     )
 
     plain = folder / "plain-state-dict.pt"
-    torch.save(state, plain)
-    if plain.stat().st_size >= 100_000:
-        plain.unlink()
+    if bias:
+        torch.save(state, plain)
+        if plain.stat().st_size >= 100_000:
+            plain.unlink()
 
     back = torch.load(folder / "ckpt.pt", weights_only=True)
     prefix = len("_orig_mod.")
-    reloaded = NanoGpt(vocab_size, model_args["block_size"], 2, 4, 32)
+    reloaded = NanoGpt(vocab_size, model_args["block_size"], 2, 4, 32, bias)
     reloaded.load_state_dict({k[prefix:]: v for k, v in back["model"].items()}, strict=True)
     reloaded.eval()
     with torch.no_grad():
@@ -433,6 +471,14 @@ same package versions give the same bytes; the versions used are in each `logits
   computed by transformers in eval mode); `text` and `text_ids`, its encoding by the
   tokenizer; `versions` of the Python packages used.
 
+## hf-gpt2-padded/ (a GPT-2 folder with a padded vocabulary)
+
+- `config.json`, `model.safetensors`: as hf-gpt2-tiny/ but `vocab_size` 320 (the embedding's
+  rows, padded to a multiple of 64) and other seeded noise.
+- `tokenizer.json`: a byte-level BPE of 268 tokens, so rows 268..319 are never a token.
+- `logits.json`: `ids` (the first 48 tokens of the tokenizer text, `text` decoded) and
+  transformers' float32 `logits` for them over all 320 rows.
+
 ## nanogpt-tiny/ (a nanoGPT checkpoint)
 
 - `ckpt.pt`: `torch.save` of a dict shaped like nanoGPT's: `model` (the OrderedDict
@@ -447,6 +493,15 @@ same package versions give the same bytes; the versions used are in each `logits
   the same weights.
 - `evil-meta.pkl`: a pickle that would call `os.system("echo pwned")` if unpickled with
   Python's pickle. headlab must refuse it without running anything. Do not unpickle it.
+
+## nanogpt-nobias/ (nanoGPT's default layout, `bias=False`)
+
+`ckpt.pt`, `meta.pkl` and `logits.json` as in nanogpt-tiny/, from the same seeds, for a model built as nanoGPT's
+`train.py` builds it by default: `bias=False` drops the bias of every Linear *and* every
+LayerNorm (`LayerNorm(ndim, bias=False)`), so the state dict has no `.bias` key but the
+causal-mask buffers nanoGPT would keep without flash attention (this model has none).
+`model_args` says `bias: False`. The logits are checked against transformers' GPT-2 with
+zero biases.
 """
 
 
@@ -460,11 +515,15 @@ def main():
     torch.use_deterministic_algorithms(True)
 
     hf_vocab = make_hf(out / "hf-gpt2-tiny")
+    padded_vocab = make_hf_padded(out / "hf-gpt2-padded")
     char_vocab, gap = make_nanogpt(out / "nanogpt-tiny")
+    _, gap_nobias = make_nanogpt(out / "nanogpt-nobias", bias=False)
     (out / "README.md").write_text(README, encoding="utf-8")
 
-    print(f"hf-gpt2-tiny vocab {hf_vocab}, nanogpt-tiny vocab {char_vocab}")
+    print(f"hf-gpt2-tiny vocab {hf_vocab}, hf-gpt2-padded tokens {padded_vocab} of 320 rows")
+    print(f"nanogpt-tiny vocab {char_vocab}")
     print(f"nanoGPT module vs transformers: max |logit difference| {gap:.3g}")
+    print(f"bias-free nanoGPT module vs transformers: max |logit difference| {gap_nobias:.3g}")
     total = 0
     for path in sorted(p for p in out.rglob("*") if p.is_file()):
         size = path.stat().st_size

@@ -17,8 +17,9 @@ pub struct ExportArgs {
 /// The formats a run can be written in.
 #[derive(Debug, Subcommand)]
 pub enum ExportFormat {
-    /// A Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer.json) that
-    /// `transformers`' `GPT2LMHeadModel.from_pretrained(DIR)` and TransformerLens load.
+    /// A Hugging Face GPT-2 folder (config.json, model.safetensors, tokenizer.json and
+    /// tokenizer_config.json) that transformers' `AutoModelForCausalLM`, `AutoTokenizer`
+    /// and `pipeline`, and TransformerLens, load.
     Hf {
         /// A run directory made by `headlab train`.
         run: PathBuf,
@@ -28,6 +29,10 @@ pub enum ExportFormat {
         /// The checkpoint: `last` or `best`.
         #[arg(long, default_value = "last")]
         checkpoint: String,
+        /// Backend that reads the weights (default flex: the weights are the same on every
+        /// backend, so a run trained on wgpu exports without a GPU).
+        #[arg(long, short, default_value = "flex")]
+        backend: String,
     },
 }
 
@@ -38,13 +43,15 @@ pub fn run(args: ExportArgs) -> Result<()> {
             run,
             out,
             checkpoint,
+            backend,
         } => {
-            let (_, trained, _) = open_trained(&run, None, &checkpoint)
+            let (_, trained, _) = open_trained(&run, Some(backend.parse()?), &checkpoint)
                 .with_context(|| format!("opening {}", run.display()))?;
             export_gpt2(&trained.model, &trained.tokenizer, &out)?;
             eprintln!(
-                "wrote {} (config.json, model.safetensors, tokenizer.json): load it with \
-                 transformers.GPT2LMHeadModel.from_pretrained(\"{}\")",
+                "wrote {} (config.json, model.safetensors, tokenizer.json, \
+                 tokenizer_config.json): load it with transformers' \
+                 AutoModelForCausalLM.from_pretrained(\"{}\") and AutoTokenizer",
                 out.display(),
                 out.display()
             );

@@ -39,6 +39,12 @@ pub struct GptConfig {
     /// Number of distinct tokens. Set from the tokenizer; not a `[model]` key.
     #[serde(skip_serializing_if = "is_zero")]
     pub vocab_size: usize,
+    /// Rows of the token embedding (and columns of an untied LM head) when there are more
+    /// than `vocab_size`: nanoGPT pads GPT-2's 50257 tokens to 50304, and fine-tunes pad to a
+    /// multiple of 64 or 128. The extra rows are kept so the weights round-trip, but no token
+    /// reads them and the logits leave them out, so nothing samples one. Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub padded_vocab_size: Option<usize>,
     /// Longest context the model sees (positions 0..block_size). Default 64.
     pub block_size: usize,
     /// Width of the residual stream. Default 128.
@@ -78,6 +84,7 @@ impl Default for GptConfig {
     fn default() -> Self {
         Self {
             vocab_size: 0,
+            padded_vocab_size: None,
             block_size: 64,
             d_model: 128,
             n_layers: 2,
@@ -191,6 +198,17 @@ pub enum GptConfigError {
          and choose data.tokenizer (and data.vocab_size for bpe) instead"
     )]
     VocabSizeInConfig(usize),
+    /// Fewer padded rows than tokens.
+    #[error(
+        "model.padded_vocab_size = {rows} is smaller than the tokenizer's {tokens} tokens; \
+         give at least {tokens}, or remove it"
+    )]
+    PaddingBelowVocab {
+        /// The padded size.
+        rows: usize,
+        /// The tokenizer's size.
+        tokens: usize,
+    },
     /// The attention layer rejected its sizes for a reason the checks above do not cover.
     #[error("model.{0}")]
     Attention(AttentionConfigError),
@@ -223,6 +241,7 @@ impl GptConfig {
 
     builders! {
         with_vocab_size => vocab_size: usize,
+        with_padded_vocab_size => padded_vocab_size: Option<usize>,
         with_block_size => block_size: usize,
         with_d_model => d_model: usize,
         with_n_layers => n_layers: usize,
@@ -236,6 +255,11 @@ impl GptConfig {
         with_tie_embeddings => tie_embeddings: bool,
         with_attn_only => attn_only: bool,
         with_gelu => gelu: Gelu,
+    }
+
+    /// Rows of the token embedding: `padded_vocab_size`, or `vocab_size` when unpadded.
+    pub fn embedding_rows(&self) -> usize {
+        self.padded_vocab_size.unwrap_or(self.vocab_size)
     }
 
     /// Head width `d_model / n_heads` (0 when `n_heads` is 0; validate first).
@@ -275,6 +299,14 @@ impl GptConfig {
             return Err(GptConfigError::Zero {
                 field: "vocab_size",
                 default: "from the tokenizer",
+            });
+        }
+        if let Some(rows) = self.padded_vocab_size
+            && rows < self.vocab_size
+        {
+            return Err(GptConfigError::PaddingBelowVocab {
+                rows,
+                tokens: self.vocab_size,
             });
         }
         self.validate_section()
@@ -350,7 +382,7 @@ impl GptConfig {
     /// untied LM head. "Without embeddings" leaves out the token and position tables, as
     /// Kaplan et al. count N; a tied LM head is the token table, so it goes too.
     pub fn param_count(&self, with_embeddings: bool) -> usize {
-        let (d, ff, v) = (self.d_model, self.mlp_width(), self.vocab_size);
+        let (d, ff, v) = (self.d_model, self.mlp_width(), self.embedding_rows());
         let d_kv = self.n_kv_heads.unwrap_or(self.n_heads) * self.d_k();
         let b = usize::from(self.bias);
         let ln = d + b * d;

@@ -14,7 +14,7 @@ use crate::config::{GptConfig, GptConfigError, Norm, Positional};
 /// `blocks.{i}.mlp.c_fc`, `ln_f`, `lm_head`.
 #[derive(Module, Debug)]
 pub struct Gpt {
-    /// Token embedding `[vocab_size, d_model]`; also the LM head when tied.
+    /// Token embedding `[embedding_rows, d_model]`; also the LM head when tied.
     pub wte: Embedding,
     /// Learned position embedding `[block_size, d_model]`, when `positional = learned`.
     pub wpe: Option<Embedding>,
@@ -22,7 +22,7 @@ pub struct Gpt {
     pub blocks: Vec<Block>,
     /// Final LayerNorm (pre-norm models only; post-norm blocks end in one).
     pub ln_f: Option<LayerNorm>,
-    /// Untied LM head `[d_model, vocab_size]`.
+    /// Untied LM head `[d_model, embedding_rows]`.
     pub lm_head: Option<Linear>,
     /// The configuration the model was built from.
     #[module(skip)]
@@ -118,14 +118,14 @@ impl Gpt {
                 .init(device)
         };
         Ok(Self {
-            wte: embedding(config.vocab_size),
+            wte: embedding(config.embedding_rows()),
             wpe: (config.positional == Positional::Learned).then(|| embedding(config.block_size)),
             blocks: (0..config.n_layers)
                 .map(|_| Block::new(config, device))
                 .collect(),
             ln_f: (config.norm == Norm::Pre).then(|| layer_norm_config(config).init(device)),
             lm_head: (!config.tie_embeddings)
-                .then(|| gpt2_linear(config.d_model, config.vocab_size, false, 0.02, device)),
+                .then(|| gpt2_linear(config.d_model, config.embedding_rows(), false, 0.02, device)),
             config: config.clone(),
         })
     }
@@ -173,7 +173,7 @@ impl Gpt {
         }
     }
 
-    /// Final LayerNorm and LM head.
+    /// Final LayerNorm and LM head. A padded vocabulary's extra rows get no logit.
     ///
     /// # Shapes
     /// `[b, t, d_model] -> [b, t, vocab_size]`
@@ -182,6 +182,15 @@ impl Gpt {
             Some(ln) => norm(ln, x),
             None => x,
         };
+        let (d, v) = (self.config.d_model, self.config.vocab_size);
+        if self.config.embedding_rows() > v {
+            // [rows, d] -> [v, d] -> [d, v], or [d, rows] -> [d, v]
+            let w = match &self.lm_head {
+                Some(head) => head.weight.val().slice([0..d, 0..v]),
+                None => self.wte.weight.val().slice([0..v, 0..d]).transpose(),
+            };
+            return headlab_kernels::linear(x, w, None);
+        }
         match &self.lm_head {
             Some(head) => headlab_kernels::linear_layer(head, x),
             // Tied: logits = x W_te^T, with W_te [v, d] read as [d, v].

@@ -1,6 +1,6 @@
 //! Tests of the decoder against independent references, on every CPU backend and on wgpu.
 
-use burn::module::Module;
+use burn::module::{Module, Param};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -155,6 +155,10 @@ fn parameter_count_matches_the_formula() {
         small(Positional::Learned)
             .with_n_kv_heads(Some(2))
             .with_d_ff(Some(24)),
+        small(Positional::Learned).with_padded_vocab_size(Some(64)),
+        small(Positional::Learned)
+            .with_tie_embeddings(false)
+            .with_padded_vocab_size(Some(64)),
         recipe(),
     ];
     for config in configs {
@@ -171,6 +175,41 @@ fn parameter_count_matches_the_formula() {
         recipe.param_count(true),
         4 * (65536 + 512 + 131072 + 640 + 512) + 256 + 8320 + 8192
     );
+}
+
+/// A padded vocabulary's rows are weights, not logits: the model's logits are those of the
+/// same model cut down to its tokens, and a padded size below the tokens is refused.
+#[test]
+fn padded_rows_are_kept_but_give_no_logit() {
+    let device = &cpu_devices()[0].1;
+    let config = small(Positional::Learned);
+    let v = config.vocab_size;
+    for tie in [true, false] {
+        let padded = config
+            .clone()
+            .with_tie_embeddings(tie)
+            .with_padded_vocab_size(Some(v + 7));
+        let model = Gpt::new(&padded, device).unwrap();
+        assert_eq!(model.wte.weight.dims(), [v + 7, padded.d_model]);
+        // The same weights without the padding rows.
+        let mut cut = Gpt::new(&config.clone().with_tie_embeddings(tie), device).unwrap();
+        cut.wte.weight =
+            Param::from_tensor(model.wte.weight.val().slice([0..v, 0..padded.d_model]));
+        cut.wpe = model.wpe.clone();
+        cut.blocks = model.blocks.clone();
+        cut.ln_f = model.ln_f.clone();
+        if let (Some(head), Some(full)) = (&mut cut.lm_head, &model.lm_head) {
+            head.weight = Param::from_tensor(full.weight.val().slice([0..padded.d_model, 0..v]));
+        }
+        let tokens =
+            Tensor::<2, Int>::from_data(TensorData::new(vec![1i64, 3, 0, 2], [1, 4]), device);
+        let (a, b) = (model.forward(tokens.clone()), cut.forward(tokens));
+        assert_eq!(a.dims(), [1, 4, v]);
+        a.into_data().assert_eq(&b.into_data(), true);
+    }
+    let small_pad = config.clone().with_padded_vocab_size(Some(v - 1));
+    let err = small_pad.validate().unwrap_err().to_string();
+    assert!(err.contains("model.padded_vocab_size"), "{err}");
 }
 
 /// nanoGPT's CPU recipe sizes (configs/shakespeare-char-cpu.toml, with biases).

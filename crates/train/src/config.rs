@@ -869,7 +869,7 @@ mod tests {
             panic!("wrong variant")
         };
         assert_eq!(valid.len(), 19);
-        assert_eq!(section_fields("model").unwrap().len(), 13);
+        assert_eq!(section_fields("model").unwrap().len(), 14);
         assert_eq!(section_fields("data").unwrap().len(), 7);
         assert!(matches!(
             set("train.lr.x=1"),

@@ -103,7 +103,8 @@ pub fn gpt2_config(config: &GptConfig) -> Result<Value, HfError> {
     Ok(json!({
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
-        "vocab_size": config.vocab_size,
+        // A padded vocabulary's rows all go out, so the weights round-trip.
+        "vocab_size": config.embedding_rows(),
         "n_positions": config.block_size,
         "n_embd": config.d_model,
         "n_layer": config.n_layers,
@@ -154,7 +155,7 @@ pub fn gpt2_tensors(model: &Gpt) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     };
     push(
         "transformer.wte.weight".into(),
-        vec![c.vocab_size, d],
+        vec![c.embedding_rows(), d],
         values(model.wte.weight.val()),
     );
     if let Some(wpe) = &model.wpe {
@@ -229,11 +230,24 @@ pub fn gpt2_tensors(model: &Gpt) -> Vec<(String, Vec<usize>, Vec<f32>)> {
         // Burn's [d, vocab] -> nn.Linear's [vocab, d].
         push(
             "lm_head.weight".into(),
-            vec![c.vocab_size, d],
+            vec![c.embedding_rows(), d],
             values(head.weight.val().transpose()),
         );
     }
     out
+}
+
+/// `tokenizer_config.json`: without it `AutoTokenizer` picks GPT-2's own tokenizer class from
+/// `model_type` and, for headlab's char and byte vocabularies, encodes spaces away. It names
+/// the class that reads `tokenizer.json` as it is, and turns off the clean-up that would join
+/// " ." into "." on decoding.
+fn tokenizer_config(config: &GptConfig) -> Value {
+    json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": config.block_size,
+        "clean_up_tokenization_spaces": false,
+        "added_tokens_decoder": {},
+    })
 }
 
 /// Writes `model` and `tokenizer` as a GPT-2 folder at `out`, which must be new or empty.
@@ -272,6 +286,10 @@ pub fn export_gpt2(model: &Gpt, tokenizer: &Tokenizer, out: &Path) -> Result<(),
         (
             "tokenizer.json",
             tokenizer.to_huggingface_json().into_bytes(),
+        ),
+        (
+            "tokenizer_config.json",
+            serde_json::to_vec_pretty(&tokenizer_config(&model.config)).expect("JSON"),
         ),
     ];
     let io = |path: &Path| {
@@ -401,15 +419,15 @@ pub fn read_gpt2_folder(dir: &Path) -> Result<Imported, ImportError> {
             ));
         }
     };
-    let tokens = tokenizer.vocab_size();
-    if tokens != config.vocab_size {
-        return Err(ImportError::VocabMismatch {
+    let rows = config.vocab_size;
+    config = crate::import::fit_vocabulary(config, tokenizer.vocab_size()).map_err(
+        |(tokens, rows)| ImportError::VocabMismatch {
             path: dir.join("tokenizer.json"),
             tokens,
-            rows: config.vocab_size,
-        });
-    }
-    config.vocab_size = tokens;
+            rows,
+        },
+    )?;
+    debug_assert_eq!(config.embedding_rows(), rows);
     let source = json!({
         "format": "hf",
         "from": std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf()),
@@ -487,6 +505,7 @@ fn config_from_gpt2(hf: &Value, path: &Path) -> Result<GptConfig, ImportError> {
     let n_inner = hf["n_inner"].as_u64().map(|n| n as usize);
     Ok(GptConfig {
         vocab_size: size(&["vocab_size"])?,
+        padded_vocab_size: None,
         block_size: size(&["n_positions", "n_ctx"])?,
         d_model,
         n_layers: size(&["n_layer", "num_hidden_layers"])?,

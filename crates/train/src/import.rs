@@ -23,6 +23,31 @@ use crate::optim::AdamW;
 use crate::run::{RunDir, RunError, TrainState, TrainedOn};
 use crate::trainer::adamw_config;
 
+/// `config` (whose `vocab_size` is the weights' embedding rows) for a tokenizer of `tokens`:
+/// the same, or, when the embedding has more rows than the tokenizer has tokens (nanoGPT pads
+/// 50257 to 50304), the tokenizer's vocabulary with the rows kept as `padded_vocab_size`, and a
+/// note naming both sizes. `Err((tokens, rows))` when the tokenizer has more tokens than rows.
+pub(crate) fn fit_vocabulary(
+    mut config: GptConfig,
+    tokens: usize,
+) -> Result<GptConfig, (usize, usize)> {
+    let rows = config.vocab_size;
+    if tokens > rows {
+        return Err((tokens, rows));
+    }
+    if tokens < rows {
+        eprintln!(
+            "warning: the model's embedding has {rows} rows but its tokenizer {tokens} tokens; \
+             the {} rows past the tokenizer are kept (an export writes all {rows} back), and \
+             generation never picks one",
+            rows - tokens
+        );
+        config.padded_vocab_size = Some(rows);
+    }
+    config.vocab_size = tokens;
+    Ok(config)
+}
+
 /// What `import.json` in an imported run says of where the weights came from.
 pub const IMPORT_FILE: &str = "import.json";
 
@@ -197,7 +222,7 @@ pub(crate) fn to_f32(dtype: &str, bytes: &[u8]) -> Option<Vec<f32>> {
 
 impl Imported {
     /// The model these tensors make: every tensor of the config present with its shape, none
-    /// left over. A bias-free config takes biases that are all zero (what an export of one
+    /// left over. A bias-free config takes biases that are absent or all zero (what an export of one
     /// writes) and refuses others.
     pub fn build(&self, device: &Device) -> Result<Gpt, ImportError> {
         let c = &self.config;
@@ -207,13 +232,22 @@ impl Imported {
             source,
         })?;
         let mut left = self.tensors.clone();
-        let (d, ff, v) = (c.d_model, c.mlp_width(), c.vocab_size);
+        // A padded vocabulary's rows are all read.
+        let (d, ff, v) = (c.d_model, c.mlp_width(), c.embedding_rows());
+        let bias = c.bias;
         let mut take = |name: &str, shape: &[usize]| -> Result<Vec<f32>, ImportError> {
-            let (found, values) = left.remove(name).ok_or_else(|| ImportError::Missing {
-                dir: path.clone(),
-                format: "weights file for this config",
-                what: format!("tensor {name}"),
-            })?;
+            let Some((found, values)) = left.remove(name) else {
+                // A bias-free model may store no biases at all: nanoGPT's `bias=False` leaves
+                // them out of every Linear and LayerNorm. A zero bias is the same model.
+                if !bias && name.ends_with(".bias") {
+                    return Ok(vec![0.0; shape.iter().product()]);
+                }
+                return Err(ImportError::Missing {
+                    dir: path.clone(),
+                    format: "weights file for this config",
+                    what: format!("tensor {name}"),
+                });
+            };
             if found != shape {
                 return Err(ImportError::Shape {
                     path: path.clone(),
@@ -235,7 +269,6 @@ impl Imported {
                 device,
             ))
         };
-        let bias = c.bias;
         let zero_bias = |name: &str, values: &[f32]| {
             if values.iter().all(|&x| x == 0.0) {
                 Ok(())
@@ -535,6 +568,87 @@ mod tests {
         // meta.pkl's itos is the vocabulary: the ids are the reference text's characters.
         let text = reference["text"].as_str().unwrap();
         assert_eq!(imported.tokenizer.encode(text).unwrap(), ids);
+    }
+
+    /// A GPT-2 whose embedding has 320 rows for a tokenizer of 268 tokens (transformers loads
+    /// it): the rows are kept, the logits are transformers' first 268, no sampled token is a
+    /// padding row, and an export writes all 320 back, bit for bit.
+    #[test]
+    fn a_padded_vocabulary_keeps_its_rows_and_samples_only_tokens() {
+        let device = Device::flex();
+        let dir = fixture("hf-gpt2-padded");
+        let reference = json(&dir.join("logits.json"));
+        let imported = read_gpt2_folder(&dir).unwrap();
+        let c = &imported.config;
+        assert_eq!((c.vocab_size, c.embedding_rows()), (268, 320));
+        let model = imported.build(&device).unwrap();
+        let tokens: Vec<Value> = reference["logits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|row| Value::from(row.as_array().unwrap()[..268].to_vec()))
+            .collect();
+        let ids = ids(&reference["ids"]);
+        let worst = worst_logit_error(&model, &ids, &Value::from(tokens), &device);
+        assert!(worst < 1e-4, "worst logit error {worst}");
+        // The padding rows' logits are there in transformers' output and larger than some
+        // tokens', so only leaving them out keeps them from being sampled.
+        let row = reference["logits"][0].as_array().unwrap();
+        let top_pad = row[268..]
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .fold(f64::MIN, f64::max);
+        let low_token = row[..268]
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .fold(f64::MAX, f64::min);
+        assert!(
+            top_pad > low_token,
+            "the fixture's padding rows would never be drawn"
+        );
+        let sampling = headlab_model::Sampling {
+            temperature: 3.0,
+            ..Default::default()
+        };
+        let drawn = model.generate(&ids[..4], 200, &sampling, |_| {}).unwrap();
+        assert!(drawn.iter().all(|&t| t < 268), "{drawn:?}");
+
+        let out = tempfile::tempdir().unwrap();
+        let folder = out.path().join("hf");
+        crate::hf::export_gpt2(&model, &imported.tokenizer, &folder).unwrap();
+        let config = json(&folder.join("config.json"));
+        assert_eq!(config["vocab_size"], 320);
+        let again = read_gpt2_folder(&folder).unwrap();
+        assert_eq!(again.config, imported.config);
+        assert_eq!(
+            again.tensors, imported.tensors,
+            "weights differ after the round trip"
+        );
+    }
+
+    /// nanoGPT's default `bias=False`: no bias in any Linear or LayerNorm, so the state dict
+    /// has LayerNorm weights alone. It imports as a bias-free model with PyTorch's logits, and
+    /// its parameter count is PyTorch's.
+    #[test]
+    fn a_bias_free_nanogpt_checkpoint_gives_its_pytorch_logits() {
+        let device = Device::flex();
+        let dir = fixture("nanogpt-nobias");
+        let reference = json(&dir.join("logits.json"));
+        let imported = read_nanogpt(&dir.join("ckpt.pt"), None, None).unwrap();
+        assert!(!imported.config.bias);
+        assert!(
+            !imported.tensors.keys().any(|k| k.ends_with(".bias")),
+            "the fixture has no biases"
+        );
+        let model = imported.build(&device).unwrap();
+        let ids = ids(&reference["ids"]);
+        let worst = worst_logit_error(&model, &ids, &reference["logits"], &device);
+        assert!(worst < 1e-4, "worst logit error {worst}");
+        // Every stored value is one parameter of headlab's model, and nothing else is: the
+        // tied head is stored once (wte), the causal mask not at all.
+        let stored: usize = imported.tensors.values().map(|(_, v)| v.len()).sum();
+        assert_eq!(model.num_params(), stored);
+        assert_eq!(imported.config.param_count(true), stored);
     }
 
     /// Every weight shifted by noise, so zero biases and unit LayerNorm scales are not

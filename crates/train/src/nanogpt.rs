@@ -136,8 +136,9 @@ pub fn read_nanogpt(
 
     let (tokenizer, tokenizer_path) = vocabulary(ckpt, meta, tokenizer, args.vocab_size)?;
     let tokens = tokenizer.vocab_size();
-    let mut config = GptConfig {
+    let config = GptConfig {
         vocab_size: args.vocab_size,
+        padded_vocab_size: None,
         block_size: args.block_size,
         d_model: args.n_embd,
         n_layers: args.n_layer,
@@ -152,29 +153,14 @@ pub fn read_nanogpt(
         attn_only: false,
         gelu: Gelu::Exact,
     };
-    // nanoGPT pads GPT-2's 50257 tokens to 50304 for speed; the padding rows are never a
-    // target, so they go, and the tokenizer's ids index the rest unchanged.
-    if tokens < args.vocab_size {
-        if let Some((shape, values)) = tensors.get_mut("transformer.wte.weight")
-            && shape.len() == 2
-            && shape[0] == args.vocab_size
-        {
-            eprintln!(
-                "note: the model's {} embedding rows are padded past the tokenizer's {tokens} \
-                 tokens; rows {tokens}.. are dropped",
-                args.vocab_size
-            );
-            values.truncate(tokens * shape[1]);
-            shape[0] = tokens;
-            config.vocab_size = tokens;
-        }
-    } else if tokens > args.vocab_size {
-        return Err(ImportError::VocabMismatch {
+    // nanoGPT pads GPT-2's 50257 tokens to 50304 for speed: the rows stay, unread.
+    let config = crate::import::fit_vocabulary(config, tokens).map_err(|(tokens, rows)| {
+        ImportError::VocabMismatch {
             path: tokenizer_path,
             tokens,
-            rows: args.vocab_size,
-        });
-    }
+            rows,
+        }
+    })?;
     let source = json!({
         "format": "nanogpt",
         "from": std::fs::canonicalize(ckpt).unwrap_or_else(|_| ckpt.to_path_buf()),
