@@ -545,7 +545,7 @@ fn misplaced_options_and_paths_say_what_to_use_instead() {
     fails(
         dir,
         &["lab", "induction", "--seeds", "1,2"],
-        &["--seeds and --heads are for `lab heads`"],
+        &["unexpected argument '--seeds'"],
     );
     trained(dir, "g");
     fails(

@@ -191,6 +191,55 @@ fn the_report_replays_training_and_keeps_markup_as_text() {
     assert_ne!(seen["background_after_leave"], seen["backgrounds"][0]);
     // Four heads in the table, each a row.
     assert_eq!(seen["table_rows"], 4);
+
+    // The loss chart draws every batch of metrics.csv beside the evaluations, and its toggle
+    // switches the scale to log and back.
+    let metrics = std::fs::read_to_string(run.join("metrics.csv")).unwrap();
+    let rows = |split: &str| {
+        metrics
+            .lines()
+            .filter(|l| l.split(',').nth(1) == Some(split))
+            .count()
+    };
+    let (batches, evals) = (rows("iter"), rows("val"));
+    assert!(
+        batches > 100 && evals > 1,
+        "{batches} batches, {evals} evaluations"
+    );
+    let series = seen["loss"]["series"].as_str().unwrap();
+    for part in [
+        format!("batch:{batches}"),
+        format!("train:{evals}"),
+        format!("val:{evals}"),
+    ] {
+        assert!(
+            series.split(',').any(|s| s == part),
+            "{part} not in {series}"
+        );
+    }
+    assert_eq!(seen["loss"]["scale"], "linear", "{seen}");
+    assert_eq!(seen["loss_log"]["scale"], "log", "{seen}");
+    assert_eq!(seen["loss_log"]["series"], seen["loss"]["series"], "{seen}");
+    assert_eq!(seen["loss_back"]["scale"], "linear", "{seen}");
+    // Every probe chart says what it measures; the repeated half names chance for this
+    // vocabulary.
+    let captions = seen["probe_captions"].as_array().unwrap();
+    assert_eq!(captions.len(), 7, "{seen}");
+    assert!(
+        captions.iter().all(|c| c.as_str().unwrap().len() > 40),
+        "{seen}"
+    );
+    let tokenizer: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("tokenizer.json")).unwrap())
+            .unwrap();
+    let v = tokenizer["model"]["vocab"]
+        .as_object()
+        .map_or(0, |m| m.len());
+    let repeat = captions[6].as_str().unwrap();
+    assert!(
+        repeat.contains(&format!("Chance is ln {v} = {:.2}", (v as f64).ln())),
+        "{repeat}"
+    );
 }
 
 /// A run made before maps were kept (no `head_maps.jsonl`) and before the head table still

@@ -58,6 +58,13 @@
     });
     out.table_rows = document.querySelectorAll('#head-table tr[data-layer]').length;
     out.table_dashes = Array.prototype.filter.call(document.querySelectorAll('#head-table td'), function (td) { return td.textContent === '\u2013'; }).length;
+    var loss = function () { return { series: attr('#loss-chart', 'data-series'), scale: attr('#loss-chart', 'data-scale') }; };
+    out.loss = loss();
+    document.getElementById('loss-log').click();
+    out.loss_log = loss();
+    document.getElementById('loss-log').click();
+    out.loss_back = loss();
+    out.probe_captions = Array.prototype.map.call(document.querySelectorAll('#score-charts figure canvas + figcaption'), function (e) { return e.textContent; });
     out.sample = (document.getElementById('sample') || {}).textContent;
     out.config_tail = ((document.getElementById('config') || {}).textContent || '').slice(-200);
   } catch (e) {

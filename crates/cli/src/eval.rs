@@ -48,7 +48,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let (config, tokenizer, model) = (trained.config, trained.tokenizer, trained.model);
     let (tokens, what) = match &args.file {
         Some(path) => {
-            let text = read_text(path)?;
+            let text = read_text(path).context("--file")?;
             (
                 tokenizer
                     .encode(&text)
@@ -57,6 +57,13 @@ pub fn run(args: EvalArgs) -> Result<()> {
             )
         }
         None => {
+            if run.is_imported() && config.data.source().is_err() {
+                bail!(
+                    "{} was imported and has no training text to split: measure it on a text \
+                     with --file FILE",
+                    run.root.display()
+                );
+            }
             let data = load_dataset(&run, &config, tokenizer.clone()).context(
                 "eval reads the split from the run's own text: restore it, or give --file FILE \
                  to measure the run on another text",

@@ -51,7 +51,7 @@ pub fn write(args: &HeadsArgs) -> Result<(PathBuf, HeadReport)> {
     let (config, tokenizer, model) = (trained.config, trained.tokenizer, trained.model);
     let text = match (&args.text, &args.file) {
         (Some(text), _) => Some(text.clone()),
-        (None, Some(path)) => Some(read_text(path)?),
+        (None, Some(path)) => Some(read_text(path).context("--file")?),
         (None, None) => None,
     };
     // With a text of its own the analysis can go on without the run's data (moved or gone):
@@ -60,7 +60,7 @@ pub fn write(args: &HeadsArgs) -> Result<(PathBuf, HeadReport)> {
         Ok(data) => Some(data),
         Err(e) if text.is_some() => {
             // An imported model never had training text here; anything else lost its data.
-            let why = if run.root.join(headlab_train::import::IMPORT_FILE).is_file() {
+            let why = if run.is_imported() {
                 "this run was imported and has no training text".to_string()
             } else {
                 e.to_string()

@@ -13,7 +13,7 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
-use clap::{Args, ValueEnum};
+use clap::{Args, Subcommand};
 use headlab_heads::HeadReport;
 use headlab_heads::lab;
 use headlab_report::labs::{
@@ -32,23 +32,70 @@ pub const HEADS_CONFIG: &str = include_str!("../../../configs/lab-heads.toml");
 /// See [`INDUCTION_CONFIG`].
 pub const AMBIGUITY_CONFIG: &str = include_str!("../../../configs/lab-ambiguity.toml");
 
-/// Which experiment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LabName {
-    /// The induction-head phase change.
-    Induction,
-    /// One head vs many at equal parameters.
-    Heads,
-    /// Prepositional-phrase attachment.
-    Ambiguity,
-}
-
-/// `headlab lab`.
+/// `headlab lab <name>`: each experiment is a subcommand, so `headlab lab NAME --help` says
+/// what that one trains, how long it takes and what it writes.
 #[derive(Debug, Args)]
 pub struct LabArgs {
-    /// The experiment.
-    #[arg(value_enum)]
+    #[command(subcommand)]
     pub name: LabName,
+}
+
+/// Which experiment, with the options only it takes.
+#[derive(Debug, Subcommand)]
+pub enum LabName {
+    /// The induction-head phase change: a 2-layer attention-only model forms the
+    /// previous-token -> induction circuit.
+    #[command(
+        long_about = "The induction-head phase change (Olsson et al. 2022).\n\n\
+        Trains one model: 2 layers x 2 heads, attention only, d_model 64, RoPE, block 64, on \
+        the built-in induction corpus (random letters, each line repeated once), 2000 steps \
+        of batch 32, head scores and maps every 50 steps (configs/lab-induction.toml). About \
+        20 s on 2 cores of an AMD EPYC (2026-12).\n\n\
+        Writes into --out (default runs/lab-induction): run/ (the training run), summary.md \
+        (when the phase change happened, which head became the previous-token head and which \
+        the induction head, with their scores and ablations), heads.png, loss.png, \
+        report.html (the run's page with the maps replayed over training) and the head \
+        table (heads.csv, heads.json, attention.png, heads.html)."
+    )]
+    Induction(Common),
+    /// One head vs many at equal parameters: 1..64 heads on a task that needs two lookups.
+    #[command(long_about = "One head vs many at equal parameters.\n\n\
+        Trains one model per head count and seed: 1 layer, d_model 64 split into h heads of \
+        d_k = 64/h (the same parameters for every h), block 32, on the built-in lookup corpus \
+        (each letter set by the letters 2 and 6 back), 1500 steps of batch 32 \
+        (configs/lab-heads.toml). The default 7 head counts x 3 seeds take 3-4 minutes on 2 \
+        cores of an AMD EPYC (2026-12).\n\n\
+        Writes into --out (default runs/lab-heads): one run per count and seed (h<H>-s<SEED>/, \
+        each with its report.html), val_loss.csv (val loss, accuracy and every run's head \
+        labels), heads.png (val loss against the head count, seeds as a range) and summary.md \
+        (which counts are level, and in 2-head runs which head fetches which source).")]
+    Heads {
+        #[command(flatten)]
+        common: Common,
+        /// Seeds (comma-separated; default 1,2,3).
+        #[arg(long, value_delimiter = ',')]
+        seeds: Option<Vec<u64>>,
+        /// Head counts (comma-separated; default 1,2,4,8,16,32,64).
+        #[arg(long, value_delimiter = ',')]
+        heads: Option<Vec<usize>>,
+    },
+    /// Where "with" and "and" look when what "with" attaches to decides a later verb.
+    #[command(long_about = "Prepositional-phrase attachment.\n\n\
+        Trains one model: 2 layers x 4 heads, d_model 64, block 32, byte-level BPE of 400 \
+        tokens, on the built-in attach corpus (\"... follow the spy with the camera and hide \
+        it.\", where what \"with\" attaches to decides the last verb's number), 1000 steps of \
+        batch 32, head scores and maps every 50 steps (configs/lab-ambiguity.toml). About 15 s \
+        on 2 cores of an AMD EPYC (2026-12).\n\n\
+        Writes into --out (default runs/lab-ambiguity): run/ (the training run), summary.md \
+        (agreement on forced and ambiguous readings, where each head of \"with\" and \"and\" \
+        looks, and whether any head switches with the reading), report.html and the head \
+        table (heads.csv, heads.json, attention.png, heads.html).")]
+    Ambiguity(Common),
+}
+
+/// What every lab takes.
+#[derive(Debug, Args)]
+pub struct Common {
     /// Output directory (default: runs/lab-<name>).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
@@ -61,15 +108,9 @@ pub struct LabArgs {
     /// Backend of the lab's runs: flex, flex-burn, ndarray or wgpu (overrides train.backend).
     #[arg(long, short)]
     pub backend: Option<String>,
-    /// Seeds for `lab heads` (comma-separated; default 1,2,3).
-    #[arg(long, value_delimiter = ',')]
-    pub seeds: Option<Vec<u64>>,
-    /// Head counts for `lab heads` (comma-separated; default 1,2,4,8,16,32,64).
-    #[arg(long, value_delimiter = ',')]
-    pub heads: Option<Vec<usize>>,
 }
 
-impl LabArgs {
+impl Common {
     /// `--set`s with `--backend` as one more.
     fn sets(&self) -> Result<Vec<String>> {
         let mut sets = self.set.clone();
@@ -83,20 +124,17 @@ impl LabArgs {
 
 /// Runs the lab.
 pub fn run(args: LabArgs) -> Result<()> {
-    let name = match args.name {
-        LabName::Induction => "induction",
-        LabName::Heads => "heads",
-        LabName::Ambiguity => "ambiguity",
+    let (name, common) = match &args.name {
+        LabName::Induction(common) => ("induction", common),
+        LabName::Heads { common, .. } => ("heads", common),
+        LabName::Ambiguity(common) => ("ambiguity", common),
     };
-    if args.name != LabName::Heads && (args.seeds.is_some() || args.heads.is_some()) {
-        bail!("--seeds and --heads are for `lab heads`; `lab {name}` takes --set train.seed=N");
-    }
-    let out = args
+    let out = common
         .out
         .clone()
         .unwrap_or_else(|| Path::new("runs").join(format!("lab-{name}")));
     if out.exists() {
-        if !args.force {
+        if !common.force {
             bail!(
                 "{} already exists; choose another --out or pass --force",
                 out.display()
@@ -104,10 +142,10 @@ pub fn run(args: LabArgs) -> Result<()> {
         }
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
     }
-    let sets = args.sets()?;
+    let sets = common.sets()?;
     let reproduce = command_line();
-    let summary = match args.name {
-        LabName::Induction => {
+    let summary = match &args.name {
+        LabName::Induction(_) => {
             let config = config(INDUCTION_CONFIG, "configs/lab-induction.toml", &sets)?;
             let lab = lab::induction(config, &out, &observers)?;
             write_head_report(&out, "headlab lab induction", &lab.report)?;
@@ -118,11 +156,10 @@ pub fn run(args: LabArgs) -> Result<()> {
             }
             induction_summary(&lab, &reproduce)
         }
-        LabName::Heads => {
+        LabName::Heads { seeds, heads, .. } => {
             let base = config(HEADS_CONFIG, "configs/lab-heads.toml", &sets)?;
-            let seeds = args.seeds.clone().unwrap_or_else(|| vec![1, 2, 3]);
-            let counts = args
-                .heads
+            let seeds = seeds.clone().unwrap_or_else(|| vec![1, 2, 3]);
+            let counts = heads
                 .clone()
                 .unwrap_or_else(|| vec![1, 2, 4, 8, 16, 32, 64]);
             let lab = lab::heads(base, seeds, &counts, &out, &observers)?;
@@ -137,7 +174,7 @@ pub fn run(args: LabArgs) -> Result<()> {
             heads_png(&lab, &out.join("heads.png"))?;
             heads_summary(&lab, &reproduce)
         }
-        LabName::Ambiguity => {
+        LabName::Ambiguity(_) => {
             let config = config(AMBIGUITY_CONFIG, "configs/lab-ambiguity.toml", &sets)?;
             let lab = lab::ambiguity(config, &out, &observers)?;
             write_head_report(&out, "headlab lab ambiguity", &lab.report)?;

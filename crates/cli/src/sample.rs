@@ -47,6 +47,9 @@ pub struct SampleArgs {
 
 /// Runs `headlab sample`.
 pub fn run(args: SampleArgs) -> Result<()> {
+    if args.num_samples == 0 {
+        bail!("--num-samples is 0: nothing would be sampled; give 1 or more (default 1)");
+    }
     let sampling = Sampling {
         temperature: args.temperature,
         top_k: args.top_k,

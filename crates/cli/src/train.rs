@@ -6,6 +6,7 @@ use anyhow::Result;
 use clap::Args;
 use headlab_train::backend::Backend;
 use headlab_train::config::RunConfig;
+use headlab_train::grammar::percent;
 use headlab_train::trainer::{TrainOptions, train};
 
 use headlab_report::report_run;
@@ -94,10 +95,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
     let summary = train(options, &mut observers())?;
     let grammar = summary.grammar.map_or(String::new(), |g| {
         format!(
-            "; of {} sampled sentences {:.0}% well-formed, {:.0}% agreeing",
+            "; of {} sampled sentences {} well-formed, {} agreeing",
             g.sentences,
-            100.0 * g.well_formed,
-            100.0 * g.agreeing
+            percent(g.well_formed),
+            percent(g.agreeing)
         )
     });
     eprintln!(

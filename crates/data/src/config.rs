@@ -18,7 +18,7 @@ pub struct DataConfig {
     /// (`headlab_train::config::resolve_data_path`). Default: none.
     #[serde(default)]
     pub path: Option<PathBuf>,
-    /// A built-in corpus: `grammar`, `induction` or `copy`. Default: none in a `[data]`
+    /// A built-in corpus, one of [`BuiltinCorpus::ALL`]. Default: none in a `[data]`
     /// table, `grammar` when the table is absent.
     #[serde(default)]
     pub builtin: Option<String>,
@@ -82,8 +82,9 @@ pub enum DataConfigError {
     },
     /// No source.
     #[error(
-        "data.path and data.builtin are both unset; set one: data.builtin = \"grammar\" \
-         (or induction, copy) or data.path = \"FILE\""
+        "data.path and data.builtin are both unset; set one: data.builtin = \"NAME\" (one of \
+         {}) or data.path = \"FILE\"",
+        BuiltinCorpus::names()
     )]
     NoDataSource,
     /// Two sources.

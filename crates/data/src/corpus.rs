@@ -31,7 +31,8 @@ pub enum BuiltinCorpus {
 /// An unknown corpus name.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "unknown built-in corpus {name:?}; valid corpora: grammar, induction, copy, lookup, attach"
+    "unknown built-in corpus {name:?}; valid corpora: {}",
+    BuiltinCorpus::names()
 )]
 pub struct UnknownCorpus {
     pub name: String,
@@ -45,6 +46,11 @@ impl BuiltinCorpus {
         BuiltinCorpus::Lookup,
         BuiltinCorpus::Attach,
     ];
+
+    /// Every corpus's name, comma-separated: the one list every message and doc quotes.
+    pub fn names() -> String {
+        Self::ALL.map(Self::name).join(", ")
+    }
 
     pub fn name(self) -> &'static str {
         match self {
@@ -782,6 +788,30 @@ pub fn copy(seed: u64, n_chars: usize, max_len: usize) -> String {
 mod tests {
     use super::*;
     use std::collections::{HashMap, HashSet};
+
+    /// The shipped default config and the README name every corpus the code generates, as
+    /// the error messages do (they quote `BuiltinCorpus::names`).
+    #[test]
+    fn every_list_of_corpora_is_the_codes() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let config = std::fs::read_to_string(root.join("configs/default.toml")).unwrap();
+        let line = config.lines().find(|l| l.starts_with("builtin =")).unwrap();
+        assert!(
+            line.contains(&BuiltinCorpus::names()),
+            "configs/default.toml: {line}"
+        );
+        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+        let quoted = BuiltinCorpus::ALL.map(|c| format!("\"{c}\"")).join(" | ");
+        assert!(readme.contains(&quoted), "README.md does not list {quoted}");
+        for corpus in BuiltinCorpus::ALL {
+            assert_eq!(corpus.name().parse::<BuiltinCorpus>(), Ok(corpus));
+            assert!(
+                UnknownCorpus { name: "x".into() }
+                    .to_string()
+                    .contains(corpus.name())
+            );
+        }
+    }
 
     /// Splits grammar text back into sentences on the separators it promises.
     fn split_sentences(text: &str) -> Vec<&str> {

@@ -40,7 +40,7 @@ impl fmt::Display for Split {
 /// Errors from loading data or drawing batches.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    #[error("cannot read dataset {}: {source}{}", path.display(), cwd_hint(path))]
+    #[error("cannot read the text file {}: {source}{}", path.display(), cwd_hint(path))]
     Read {
         path: PathBuf,
         source: std::io::Error,

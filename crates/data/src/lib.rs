@@ -1,6 +1,6 @@
 //! Text in, token batches out: everything between a corpus and the model's input.
 //!
-//! - [`corpus`]: the built-in corpora headlab generates (grammar, induction, copy, lookup), with the
+//! - [`corpus`]: the built-in corpora headlab generates (grammar, induction, copy, lookup, attach), with the
 //!   grammar's parser so generated text can be checked.
 //! - [`tokenizer`]: char, byte and byte-level BPE tokenizers behind one [`Tokenizer`].
 //! - [`config`]: the `[data]` section of a run config ([`DataConfig`]).

@@ -217,14 +217,16 @@ function fitCanvas(cv) {
   return { g, w, h };
 }
 
-// Draws a line chart. spec: {title, ylabel, x: [lo, hi], y: [lo, hi], right?: {label, y}, series:
-// [{pts, color, width, dash, alpha, right, mark}], legend?: [{name, color, dash}]}; `marker` is
-// the step of the vertical marker (null: none), also written to data-marker-step.
+// Draws a line chart. spec: {title, ylabel, x: [lo, hi], y: [lo, hi], log?, right?: {label, y},
+// series: [{pts, color, width, dash, alpha, right, mark}], legend?: [{name, color, dash}]};
+// `log` puts the left axis on a log scale (points at or below 0 are left out); `marker` is the
+// step of the vertical marker (null: none), also written to data-marker-step.
 function drawChart(cv, spec, marker) {
   const { g, w, h } = fitCanvas(cv), P = { l: 54, r: spec.right ? 62 : 16, t: 26, b: 38 };
   const pw = w - P.l - P.r, ph = h - P.t - P.b;
+  const L = spec.log ? v => Math.log10(v) : v => v;
   const ax = axis(spec.x[0], spec.x[1], Math.max(2, Math.floor(pw / 80)), false);
-  const ay = axis(spec.y[0], spec.y[1], Math.max(2, Math.floor(ph / 32)), true);
+  const ay = axis(L(spec.y[0]), L(spec.y[1]), Math.max(2, Math.floor(ph / 32)), !spec.log);
   const ar = spec.right ? axis(spec.right.y[0], spec.right.y[1], ay.ticks.length - 1, true) : null;
   const X = v => P.l + (v - ax.lo) / (ax.hi - ax.lo) * pw;
   const Y = (v, a) => P.t + ph - (v - a.lo) / (a.hi - a.lo) * ph;
@@ -232,7 +234,10 @@ function drawChart(cv, spec, marker) {
   g.lineWidth = 1;
   g.fillStyle = '#555';
   g.textAlign = 'right'; g.textBaseline = 'middle';
-  for (const v of ay.ticks) { hline(g, P.l, P.l + pw, Y(v, ay), '#eee'); g.fillText(tickLabel(v, ay.step), P.l - 6, Y(v, ay)); }
+  for (const v of ay.ticks) {
+    hline(g, P.l, P.l + pw, Y(v, ay), '#eee');
+    g.fillText(spec.log ? String(+(10 ** v).toPrecision(2)) : tickLabel(v, ay.step), P.l - 6, Y(v, ay));
+  }
   g.textAlign = 'left';
   for (const v of ar ? ar.ticks : []) g.fillText(tickLabel(v, ar.step), P.l + pw + 6, Y(v, ar));
   g.textAlign = 'center'; g.textBaseline = 'top';
@@ -243,7 +248,11 @@ function drawChart(cv, spec, marker) {
   g.strokeStyle = '#bbb'; g.strokeRect(P.l + 0.5, P.t + 0.5, pw, ph);
   g.save();
   g.beginPath(); g.rect(P.l, P.t, pw, ph); g.clip();
-  for (const s of spec.series) drawSeries(g, s, X, v => Y(v, s.right ? ar : ay));
+  for (const s of spec.series) {
+    if (s.right || !spec.log) { drawSeries(g, s, X, v => Y(v, s.right ? ar : ay)); continue; }
+    const pos = p => p && p[1] > 0;
+    drawSeries(g, { ...s, pts: (s.pts || []).filter(pos), mark: pos(s.mark) && s.mark }, X, v => Y(L(v), ay));
+  }
   g.restore();
   g.fillStyle = '#222'; g.font = '600 13px system-ui, sans-serif'; g.textAlign = 'left'; g.textBaseline = 'alphabetic';
   g.fillText(spec.title, P.l, 17);
@@ -289,34 +298,44 @@ function legend(g, entries, x, y) {
 
 // The step range every chart shares: all evaluations and tracked steps.
 function stepRange() {
-  const xs = [...finitePts(D.losses.train), ...finitePts(D.losses.val), ...finitePts(D.lr)].map(p => p[0]).concat(STEPS);
+  const xs = [...finitePts(D.losses.batches), ...finitePts(D.losses.train), ...finitePts(D.losses.val), ...finitePts(D.lr)].map(p => p[0]).concat(STEPS);
   return xs.length ? [Math.min(...xs), Math.max(...xs)] : [0, 1];
 }
 
 // The last point of pts at or before step x.
 const lastAt = (pts, x) => finitePts(pts).filter(p => p[0] <= x).pop();
 
-// Draws the loss chart: train and val loss (left axis), learning rate (right axis, dashed).
+// Draws the loss chart: the loss of every training batch (thin), train and val loss at each
+// evaluation (left axis; log scale when #loss-log is checked), learning rate (right, dashed).
+// The canvas's data-series names what was drawn, with point counts; data-scale the y scale.
 function drawLoss() {
-  const cv = $('loss-chart'), tr = D.losses.train, va = D.losses.val, marker = STEPS.length ? STEPS[S.k] : null;
-  const ys = [...finitePts(tr), ...finitePts(va)].map(p => p[1]);
+  const cv = $('loss-chart'), tr = D.losses.train, va = D.losses.val, ba = D.losses.batches || [];
+  const marker = STEPS.length ? STEPS[S.k] : null, log = $('loss-log').checked;
+  const ys = [...finitePts(ba), ...finitePts(tr), ...finitePts(va)].map(p => p[1]).filter(y => !log || y > 0);
   const lrs = finitePts(D.lr).map(p => p[1]);
   const at = marker === null ? [] : [['train', lastAt(tr, marker)], ['val', lastAt(va, marker)]].filter(e => e[1]);
   const readout = at.map(([n, p]) => `${n} ${fmt(p[1])}`).join(' · ');
   cv.hidden = !ys.length;
   $('loss-missing').hidden = !cv.hidden;
   if (cv.hidden) return;
+  const series = [
+    { name: 'lr', pts: D.lr, color: '#888', width: 1.25, dash: [5, 4], right: true },
+    { name: 'batch', pts: ba, color: '#9ecae1', width: 1 },
+    { name: 'train', pts: tr, color: '#1f77b4', width: 2, mark: at.length && lastAt(tr, marker) },
+    { name: 'val', pts: va, color: '#ff7f0e', width: 2, mark: at.length && lastAt(va, marker) },
+  ].filter(s => finitePts(s.pts).length);
   drawChart(cv, {
     title: `loss${readout ? ` — ${readout} at step ${marker}` : ''}`,
-    ylabel: 'loss', x: stepRange(), y: [0, Math.max(...ys)],
+    ylabel: log ? 'loss (log scale)' : 'loss', x: stepRange(),
+    y: log ? [Math.min(...ys), Math.max(...ys)] : [0, Math.max(...ys)], log,
     right: lrs.length ? { label: 'learning rate', y: [0, Math.max(...lrs)] } : null,
-    series: [
-      { pts: D.lr, color: '#888', width: 1.25, dash: [5, 4], right: true },
-      { pts: tr, color: '#1f77b4', width: 2, mark: at.length && lastAt(tr, marker) },
-      { pts: va, color: '#ff7f0e', width: 2, mark: at.length && lastAt(va, marker) },
-    ],
-    legend: [{ name: 'train', color: '#1f77b4' }, { name: 'val', color: '#ff7f0e' }].concat(lrs.length ? [{ name: 'lr (right)', color: '#888', dash: [5, 4] }] : []),
+    series,
+    legend: (ba.length ? [{ name: 'batch', color: '#9ecae1' }] : []).concat(
+      [{ name: 'train', color: '#1f77b4' }, { name: 'val', color: '#ff7f0e' }],
+      lrs.length ? [{ name: 'lr (right)', color: '#888', dash: [5, 4] }] : []),
   }, marker);
+  cv.dataset.series = series.map(s => `${s.name}:${finitePts(s.pts).length}`).join(',');
+  cv.dataset.scale = log ? 'log' : 'linear';
 }
 
 // Draws a grammar run's chart: the shares of sampled sentences that are well-formed and
@@ -327,7 +346,9 @@ function drawGrammar() {
   if (cv.hidden) return;
   const formed = g.map(p => [p[0], p[1]]), agreeing = g.map(p => [p[0], p[2]]);
   const at = marker === null ? null : lastAt(formed, marker), at2 = marker === null ? null : lastAt(agreeing, marker);
-  const readout = at && at2 ? ` — ${fmt(100 * at[1], 0)}% well-formed, ${fmt(100 * at2[1], 0)}% agreeing at step ${at[0]}` : '';
+  // Whole percentages with halves rounded up, as the terminal prints them (grammar::percent).
+  const pct = v => `${Math.round(100 * v)}%`;
+  const readout = at && at2 ? ` — ${pct(at[1])} well-formed, ${pct(at2[1])} agreeing at step ${at[0]}` : '';
   drawChart(cv, {
     title: `sampled sentences${readout}`,
     ylabel: 'share', x: stepRange(), y: [0, 1],
@@ -359,13 +380,16 @@ function drawScore(cv, s) {
   }, step);
 }
 
-// Draws the chart of the loss on the repeated half of the probe.
+// Draws the chart of the loss on the repeated half of the probe, with chance (ln V) dashed.
 function drawRepeat(cv) {
   const pts = D.tracked.map(p => [p.step, p.repeat_loss]), ys = finitePts(pts).map(p => p[1]);
+  const chance = D.vocab_size > 0 ? Math.log(D.vocab_size) : null, [x0, x1] = stepRange();
+  const series = [{ pts, color: '#222', width: 2, mark: pts[S.k] }];
+  if (chance !== null) series.unshift({ pts: [[x0, chance], [x1, chance]], color: '#888', width: 1.25, dash: [5, 4] });
   drawChart(cv, {
     title: `loss on the repeated half — ${fmt(D.tracked[S.k].repeat_loss)} at step ${STEPS[S.k]}`,
-    ylabel: 'loss', x: stepRange(), y: [0, ys.length ? Math.max(...ys) : 1],
-    series: [{ pts, color: '#222', width: 2, mark: pts[S.k] }],
+    ylabel: 'loss', x: [x0, x1], y: [0, Math.max(ys.length ? Math.max(...ys) : 1, chance || 0)],
+    series,
   }, STEPS[S.k]);
 }
 
@@ -381,8 +405,30 @@ function buildScores() {
     $('legend').appendChild(e);
   }
   const box = $('score-charts');
-  D.score_names.forEach(n => { const cv = el('canvas', 'chart'); cv.id = `score-${n}`; box.appendChild(cv); });
-  const cv = el('canvas', 'chart'); cv.id = 'repeat-loss'; box.appendChild(cv);
+  const chart = (id, caption) => {
+    const fig = el('figure', 'probe'), cv = el('canvas', 'chart');
+    cv.id = id;
+    fig.append(cv, el('figcaption', 'caption', caption));
+    box.appendChild(fig);
+  };
+  D.score_names.forEach(n => chart(`score-${n}`, CAPTIONS[n] || ''));
+  chart('repeat-loss', repeatCaption());
+}
+
+// What each probe chart measures and what a rise or fall means, one line each.
+const CAPTIONS = {
+  previous_token: 'Attention from each token to the one just before it: near 1, the head reads the previous token (the first half of an induction circuit).',
+  induction: 'On random tokens repeated once: attention from a token of the second half to the token that followed its earlier copy. It jumps when an induction head forms.',
+  duplicate_token: 'On the same repeated tokens: attention to the earlier copy of the current token itself. A rise means the head finds repeats.',
+  first_token: 'Attention to the first token of the window. High values usually mean the head parks its attention there (a sink) when it has nothing to read.',
+  mean_distance: 'How far back the head looks, in tokens, weighted by attention: small for local heads, large for long-range ones.',
+  entropy: 'How spread the attention is, normalised: 0 looks at one token, 1 spreads evenly over every earlier one. A fall means the head has specialised.',
+};
+
+// The repeated-half chart's caption, with chance (a uniform guess) for this vocabulary.
+function repeatCaption() {
+  const chance = D.vocab_size > 0 ? ` Chance is ln ${D.vocab_size} = ${fmt(Math.log(D.vocab_size), 2)} (dashed).` : '';
+  return 'Loss on the second half of random tokens repeated once. It falls below chance only when the model copies from the first half (an induction circuit); a model of text without repeats grows more confident in its own corpus and can rise above chance, which is not a failure.' + chance;
 }
 
 // Redraws every chart (loss, scores, repeated-half loss) for the current step and head.
@@ -477,6 +523,7 @@ function init() {
     $('hint').hidden = $('selected-head').hidden = true;
     $('scores-section').hidden = $('maps-section').hidden = true;
   }
+  $('loss-log').addEventListener('change', drawLoss);
   select(0, 0);
   if (STEPS.length) setStep(S.k); else { drawLoss(); drawGrammar(); }
   let queued = false;

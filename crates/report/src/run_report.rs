@@ -32,6 +32,8 @@ struct ReportData {
     score_names: [&'static str; 6],
     n_layers: usize,
     n_heads: usize,
+    /// The tokenizer's vocabulary: chance on the repeated-half probe is ln of it (0: unknown).
+    vocab_size: usize,
     /// The tracked maps' probe window, as text.
     probe: Vec<String>,
     tracked: Vec<Tracked>,
@@ -42,6 +44,9 @@ struct ReportData {
 
 #[derive(Debug, Serialize)]
 struct Losses {
+    /// Every training batch's loss (metrics.csv's `iter` rows), as loss.png draws it.
+    batches: Vec<(usize, f64)>,
+    /// Train and val loss at each evaluation.
     train: Vec<(usize, f64)>,
     val: Vec<(usize, f64)>,
 }
@@ -80,14 +85,26 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
     let config = RunConfig::from_toml_str(&config_text, "config.toml")
         .map_err(|e| unreadable(e.to_string()))?;
     let shell = |what: &str| format!("`headlab {what} {}`", root.display());
+    let shell_with = |what: &str, then: &str| format!("`headlab {what} {} {then}`", root.display());
     let mut notes = Vec::new();
 
     let losses = read_losses(&run.metrics_path());
     if losses.evals.is_empty() {
         notes.push("no evaluations in metrics.csv yet".to_string());
     }
-    let step = losses.evals.last().map_or(0, |e| e.0);
-    if step < config.train.max_iters {
+    // The last checkpoint says where training stopped; evaluations may end earlier (a run
+    // stopped between them) or be gone (metrics.csv deleted).
+    let step = run
+        .last_step()
+        .or_else(|| losses.evals.last().map(|e| e.0))
+        .unwrap_or(0);
+    let finished = step >= config.train.max_iters;
+    if run.is_imported() {
+        notes.push(format!(
+            "imported weights, never trained here: {} fine-tunes them on your text",
+            shell_with("train --resume", "--set data.path=FILE")
+        ));
+    } else if !finished {
         notes.push(format!(
             "the run stopped at step {step} of {}: {} continues it",
             config.train.max_iters,
@@ -141,10 +158,12 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
     }
     let sample = read(SAMPLE_FILE);
     if sample.is_none() {
-        notes.push(format!(
-            "no sample (the run has not finished): {} makes one",
-            shell("sample")
-        ));
+        let why = if finished || run.is_imported() {
+            "sample.txt is missing"
+        } else {
+            "the run has not finished"
+        };
+        notes.push(format!("no sample ({why}): {} makes one", shell("sample")));
     }
 
     let title = format!("headlab run {}", root.display());
@@ -153,6 +172,7 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         config: config_text,
         notes: notes.clone(),
         losses: Losses {
+            batches: losses.iters.clone(),
             train: losses.evals.iter().map(|e| (e.0, e.1)).collect(),
             val: losses.evals.iter().map(|e| (e.0, e.2)).collect(),
         },
@@ -161,6 +181,7 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         score_names: PatternScores::NAMES,
         n_layers: config.model.n_layers,
         n_heads: config.model.n_heads,
+        vocab_size: run.tokenizer().map_or(0, |t| t.vocab_size()),
         probe: maps.map(|m| m.header.tokens).unwrap_or_default(),
         tracked,
         table,

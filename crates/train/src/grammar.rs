@@ -18,6 +18,13 @@ pub struct Grammaticality {
     pub agreeing: f64,
 }
 
+/// A share as a whole percentage, halves rounded up: the one rule of the terminal, the run
+/// page (`Math.round` in assets/report.js) and every summary that prints a grammar share, so
+/// 0.945 reads 95% everywhere.
+pub fn percent(share: f64) -> String {
+    format!("{}%", (100.0 * share).round())
+}
+
 /// `n` sentences, each sampled after ".\n" (the end of a sentence, as the corpus separates
 /// them) at temperature 1, seeded, until its first "." or newline, then parsed. A sentence
 /// cut by a newline, or still open after twice the context (the corpus's longest are about
@@ -67,4 +74,20 @@ pub fn grammaticality(
 /// Whether `config` trains on the built-in grammar corpus, the text [`grammaticality`] parses.
 pub fn is_grammar_run(config: &RunConfig) -> bool {
     config.data.path.is_none() && config.data.builtin.as_deref() == Some("grammar")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentages_round_halves_up_as_the_page_does() {
+        // 100 * 0.945 is 94.5 in f64; `{:.0}` would print 94 (half to even), JS's
+        // Math.round 95.
+        assert_eq!(100.0 * 0.945, 94.5);
+        assert_eq!(percent(0.945), "95%");
+        assert_eq!(percent(0.944), "94%");
+        assert_eq!(percent(0.0), "0%");
+        assert_eq!(percent(1.0), "100%");
+    }
 }

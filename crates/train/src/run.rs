@@ -118,9 +118,15 @@ pub enum RunError {
     /// The training text is not what the run was trained on.
     #[error(
         "the data of {} has changed since it was trained: {what} has SHA-256 {now}, the run \
-         recorded {recorded} in data.json; to measure the run on its own text, restore the \
-         original file there",
-        run.display()
+         recorded {recorded} in data.json; {}",
+        run.display(),
+        if what.starts_with("built-in") {
+            "this headlab generates another text for the run's [data] settings, so numbers \
+             measured now are not on the run's own text"
+        } else {
+            "the file was edited on disk; to measure the run on its own text, restore the \
+             original file there"
+        }
     )]
     DataChanged {
         /// The run.
@@ -573,6 +579,21 @@ impl RunDir {
                 why: format!("it has no `{name}` checkpoint"),
             })
         }
+    }
+
+    /// The step of the `last` checkpoint, as its `state.json` says: where a stopped run
+    /// stopped (its evaluations may end earlier). `None` when there is no readable one.
+    pub fn last_step(&self) -> Option<usize> {
+        let dir = self.checkpoint_dir("last").ok()?;
+        let text = fs::read_to_string(dir.join("state.json")).ok()?;
+        serde_json::from_str::<TrainState>(&text)
+            .ok()
+            .map(|s| s.step)
+    }
+
+    /// Whether the run was made by `headlab import` (it has weights but never had text).
+    pub fn is_imported(&self) -> bool {
+        self.root.join(crate::import::IMPORT_FILE).is_file()
     }
 
     /// Whether checkpoint `name` exists.

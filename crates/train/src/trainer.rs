@@ -12,7 +12,8 @@ use std::time::Instant;
 
 use burn::module::Module;
 use burn::tensor::Device;
-use headlab_data::{DataError, Dataset, Split, StreamDecoder, Tokenizer, load_text};
+use headlab_data::tokenizer::TokenizerKind;
+use headlab_data::{DataConfig, DataError, Dataset, Split, StreamDecoder, Tokenizer, load_text};
 use headlab_model::{Gpt, GptConfig, GptConfigError, Sampling};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use thiserror::Error;
@@ -21,7 +22,7 @@ use crate::alloc::KeepFreedPages;
 use crate::backend::{Backend, BackendError};
 use crate::config::{ConfigError, RunConfig, TrainConfig, ValidationError};
 use crate::eval::estimate_loss;
-use crate::grammar::{Grammaticality, grammaticality, is_grammar_run};
+use crate::grammar::{Grammaticality, grammaticality, is_grammar_run, percent};
 use crate::metrics::{Metric, Metrics};
 use crate::optim::{AdamW, AdamWConfig};
 use crate::run::{RunDir, RunError, TrainState, TrainedOn};
@@ -86,6 +87,33 @@ pub enum TrainError {
         step: usize,
         /// The config's `train.max_iters`.
         max_iters: usize,
+        /// The run directory.
+        run: PathBuf,
+    },
+    /// `--resume` with a `--set` the saved model cannot follow.
+    #[error(
+        "--resume cannot change {key}: {} was trained with {saved}, and its model's embedding \
+         has one row per token of the tokenizer.json it saved; resume without \
+         --set {key}={now}, or start a new run with it",
+        .run.display()
+    )]
+    ResumeChange {
+        /// The run directory.
+        run: PathBuf,
+        /// The config key.
+        key: &'static str,
+        /// Its saved value.
+        saved: String,
+        /// The value asked for.
+        now: String,
+    },
+    /// `--resume` of an imported run without a text to train on.
+    #[error(
+        "{} was imported and has no training text; give it one: headlab train --resume {} \
+         --set data.path=FILE (or --set data.builtin=NAME)",
+        .run.display(), .run.display()
+    )]
+    NoText {
         /// The run directory.
         run: PathBuf,
     },
@@ -419,7 +447,31 @@ fn resolve_run(
             config.apply_sets(&options.resume_sets)?;
             config.validate()?;
         }
-        let dataset = load_dataset(&run, &config, run.tokenizer()?)?;
+        check_tokenizer_kept(&run, &saved, &config)?;
+        if run.is_imported() && config.data.source().is_err() {
+            return Err(TrainError::NoText {
+                run: run.root.clone(),
+            });
+        }
+        let changes = text_changes(&saved.data, &config.data);
+        let dataset = if changes.is_empty() || saved.data.source().is_err() {
+            load_dataset(&run, &config, run.tokenizer()?)?
+        } else {
+            // The user's own `--set` chose another text: say so, not that a file changed.
+            eprintln!(
+                "warning: your --set changes the run's text ({}): training continues on the \
+                 new text with the run's tokenizer, and the losses from here on are measured \
+                 on it",
+                changes.join(", ")
+            );
+            let (text, description) = load_text(&config.data, config.train.seed)?;
+            Dataset::with_tokenizer(
+                &text,
+                run.tokenizer()?,
+                config.data.val_fraction,
+                description,
+            )?
+        };
         (run, config, dataset, saved)
     } else {
         if options.out.exists() && !options.force {
@@ -436,6 +488,15 @@ fn resolve_run(
             d.val_fraction,
             description,
         )?;
+        let tokens = dataset.tokenizer().vocab_size();
+        if d.tokenizer == TokenizerKind::Bpe && tokens < d.vocab_size {
+            eprintln!(
+                "note: BPE stopped at {tokens} tokens of the {} asked (data.vocab_size): the \
+                 training split has no pair left to merge (each word is one token); the \
+                 model's vocabulary is {tokens}",
+                d.vocab_size
+            );
+        }
         check_fits(&config, &dataset)?;
         config.train.backend.parse::<Backend>()?.device()?;
         // The run must work from any folder: it records where its text is, absolutely.
@@ -449,6 +510,61 @@ fn resolve_run(
     };
     check_fits(&config, &dataset)?;
     Ok((run, config, dataset, saved))
+}
+
+/// Refuses a `--set` on resume that would make the config disagree with the run's saved
+/// tokenizer: the tokenizer kind, or a BPE vocabulary's size.
+fn check_tokenizer_kept(
+    run: &RunDir,
+    saved: &RunConfig,
+    now: &RunConfig,
+) -> Result<(), TrainError> {
+    let (old, new) = (&saved.data, &now.data);
+    let change = |key, saved: String, now: String| TrainError::ResumeChange {
+        run: run.root.clone(),
+        key,
+        saved: format!("{key} = {saved}"),
+        now,
+    };
+    if old.tokenizer != new.tokenizer {
+        return Err(change(
+            "data.tokenizer",
+            old.tokenizer.to_string(),
+            new.tokenizer.to_string(),
+        ));
+    }
+    if new.tokenizer == TokenizerKind::Bpe && old.vocab_size != new.vocab_size {
+        return Err(change(
+            "data.vocab_size",
+            old.vocab_size.to_string(),
+            new.vocab_size.to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// The `[data]` keys that choose the text, as "key: old -> new", where they differ.
+fn text_changes(old: &DataConfig, new: &DataConfig) -> Vec<String> {
+    let show = |v: Option<String>| v.unwrap_or_else(|| "unset".into());
+    let path = |d: &DataConfig| d.path.as_ref().map(|p| p.display().to_string());
+    [
+        ("data.path", path(old), path(new)),
+        ("data.builtin", old.builtin.clone(), new.builtin.clone()),
+        (
+            "data.builtin_chars",
+            Some(old.builtin_chars.to_string()),
+            Some(new.builtin_chars.to_string()),
+        ),
+        (
+            "data.induction_len",
+            Some(old.induction_len.to_string()),
+            Some(new.induction_len.to_string()),
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, a, b)| a != b)
+    .map(|(key, a, b)| format!("{key}: {} -> {}", show(a), show(b)))
+    .collect()
 }
 
 /// The data has a window for the model's context, and the model builds with its vocabulary.
@@ -558,10 +674,10 @@ impl Loop<'_> {
         }
         let grammar = self.grammar.map_or(String::new(), |g| {
             format!(
-                ", {:.0}% of {} sampled sentences well-formed, {:.0}% agreeing",
-                100.0 * g.well_formed,
+                ", {} of {} sampled sentences well-formed, {} agreeing",
+                percent(g.well_formed),
                 g.sentences,
-                100.0 * g.agreeing
+                percent(g.agreeing)
             )
         });
         self.bar
