@@ -494,6 +494,27 @@ same package versions give the same bytes; the versions used are in each `logits
 - `evil-meta.pkl`: a pickle that would call `os.system("echo pwned")` if unpickled with
   Python's pickle. headlab must refuse it without running anything. Do not unpickle it.
 
+## exports/ (headlab's own exports, as other tools load them)
+
+Not made by this script. `char/`, `byte/` and `bpe/` are `headlab export hf` folders of three
+small runs (2 layers, d_model 32, 300 steps on the built-in grammar corpus, one per
+`data.tokenizer`). `routes.json` is what `tools/check-export.py` recorded when it loaded each
+one by every usual route (tokenizer_file, AutoTokenizer, pipeline, TransformerLens's
+TransformerBridge, and AutoTokenizer without tokenizer_config.json): the prompt's ids and the
+greedy continuation. To make them again:
+
+    for t in char byte bpe; do
+      headlab train --out run-$t --set model.block_size=32 --set model.d_model=32 \
+        --set model.n_layers=2 --set model.n_heads=2 --set train.max_iters=300 \
+        --set train.eval_interval=300 --set train.eval_iters=2 --set train.batch_size=16 \
+        --set train.lr=3e-3 --set train.track_heads_every=0 --set train.sample_tokens=0 \
+        --set data.builtin_chars=20000 --set data.tokenizer=$t --set data.vocab_size=300
+      headlab export hf run-$t --out tests/fixtures/exports/$t
+    done
+    cd tests/fixtures/exports && ~/.cache/headlab/torch-venv/bin/python \
+      ../../../tools/check-export.py char byte bpe --prompt "the spy " --tokens 24 \
+      --out routes.json
+
 ## nanogpt-nobias/ (nanoGPT's default layout, `bias=False`)
 
 `ckpt.pt`, `meta.pkl` and `logits.json` as in nanogpt-tiny/, from the same seeds, for a model built as nanoGPT's

@@ -25,7 +25,8 @@ enum Task {
     Bench(BenchArgs),
     /// Exports a freshly trained run with `headlab export hf` and, with --with-torch, loads it
     /// in Hugging Face transformers (tools/hf_interop.py, in the bench's venv): the tokenizer
-    /// must give the text back and the loss on it must match `headlab eval`'s.
+    /// must give the text back and the loss on it must match `headlab eval`'s; then
+    /// tools/check-export.py loads it by every usual route, which must agree.
     Interop(InteropArgs),
     /// Checks that `cargo run --release -- train` and `cargo test --release --workspace` give
     /// every shared dependency the same features, so the second builds no dependency the first
@@ -117,10 +118,18 @@ fn interop(args: InteropArgs) -> Result<()> {
         theirs["tokens"],
         text.display()
     );
-    std::fs::remove_dir_all(&scratch).ok();
     if gap > 1.5e-4 {
         bail!("transformers' loss differs from headlab's by {gap:.2e} (> 1.5e-4)");
     }
+    // Every usual route (AutoTokenizer, pipeline, TransformerLens, ...) gives one encoding
+    // and one greedy text; tools/check-export.py exits non-zero otherwise.
+    run(Command::new(&python)
+        .current_dir(&root)
+        .arg("tools/check-export.py")
+        .arg(&hf_dir)
+        .args(["--prompt", "the spy ", "--tokens", "24", "--out"])
+        .arg(scratch.join("routes.json")))?;
+    std::fs::remove_dir_all(&scratch).ok();
     Ok(())
 }
 
@@ -325,6 +334,7 @@ fn torch_venv() -> Result<PathBuf> {
         "torch",
         "numpy",
         "transformers",
+        "transformer-lens",
     ]))?;
     if !has_torch(&python) {
         bail!(

@@ -542,6 +542,81 @@ mod tests {
         }
     }
 
+    /// headlab's char, byte and BPE exports as transformers, TransformerLens and a pipeline
+    /// load them (tools/check-export.py recorded every route in routes.json): the prompt's ids
+    /// and the greedy continuation are headlab's, and exporting the same weights again writes
+    /// the same files, tokenizer_config.json among them. Without that file AutoTokenizer fell
+    /// back to GPT-2's tokenizer class, which drops the char vocabulary's spaces (recorded
+    /// too).
+    #[test]
+    fn exports_load_by_every_route_as_headlab_reads_them() {
+        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/exports");
+        let routes: Value =
+            serde_json::from_slice(&std::fs::read(fixtures.join("routes.json")).unwrap())
+                .unwrap();
+        let prompt = routes["prompt"].as_str().unwrap();
+        let n = routes["tokens"].as_u64().unwrap() as usize;
+        let ids = |v: &Value| -> Vec<u32> {
+            v.as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_u64().unwrap() as u32)
+                .collect()
+        };
+        let device = Device::flex();
+        for kind in ["char", "byte", "bpe"] {
+            let dir = fixtures.join(kind);
+            let record = &routes["exports"][kind];
+            let imported = read_gpt2_folder(&dir).unwrap();
+            let model = imported.build(&device).unwrap();
+            let prompt_ids = imported.tokenizer.encode(prompt).unwrap();
+            let greedy = model
+                .generate(
+                    &prompt_ids,
+                    n,
+                    &headlab_model::Sampling {
+                        temperature: 0.0,
+                        ..Default::default()
+                    },
+                    |_| {},
+                )
+                .unwrap();
+            for route in ["tokenizer_file", "auto", "pipeline", "transformer_lens"] {
+                let r = &record[route];
+                assert!(!r.is_null(), "{kind}: no {route} in routes.json");
+                if !r["ids"].is_null() {
+                    assert_eq!(ids(&r["ids"]), prompt_ids, "{kind} {route}");
+                    assert_eq!(ids(&r["greedy_ids"]), greedy, "{kind} {route}");
+                }
+                assert_eq!(
+                    r["greedy_text"].as_str().unwrap(),
+                    imported.tokenizer.decode(&greedy),
+                    "{kind} {route}"
+                );
+            }
+            let out = tempfile::tempdir().unwrap();
+            export_gpt2(&model, &imported.tokenizer, &out.path().join("again")).unwrap();
+            for file in [
+                "config.json",
+                "tokenizer.json",
+                "tokenizer_config.json",
+                "model.safetensors",
+            ] {
+                let written = std::fs::read(out.path().join("again").join(file));
+                assert_eq!(
+                    written.ok(),
+                    std::fs::read(dir.join(file)).ok(),
+                    "{kind}: {file} differs from the export transformers loaded"
+                );
+            }
+        }
+        // The char export without tokenizer_config.json: GPT-2's class lost the spaces.
+        let bare = &routes["exports"]["char"]["auto_without_tokenizer_config"];
+        assert_eq!(bare["class"], "GPT2Tokenizer");
+        assert_ne!(bare["ids"], routes["exports"]["char"]["auto"]["ids"]);
+    }
+
     /// GPT-2's forward pass in f64, written from its definition and reading the exported
     /// file by GPT-2's tensor names in Conv1D's `[in, out]` layout: it shares no code with
     /// the model or the export.
