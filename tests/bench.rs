@@ -229,3 +229,106 @@ END
     let attn_ratio = format!("| 0.50 | {:.2} |", median(fwd64) / 0.5);
     assert!(md.contains(&attn_ratio), "{attn_ratio} missing:\n{md}");
 }
+
+/// tools/gpu-check.sh, the command prepared for a lent GPU, dry-run on whatever adapter wgpu
+/// finds here (lavapipe in CI): it refuses a CPU adapter unless told, and with
+/// `--allow-cpu-adapter --tiny` runs every step, compare against the f64 truth and the training
+/// step with the first step timed apart, interleaved with a stand-in for PyTorch on CUDA.
+#[test]
+fn the_gpu_check_runs_end_to_end_on_a_cpu_adapter() {
+    if headlab_kernels::wgpu_for_tests().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_headlab-bench"))
+        .parent()
+        .unwrap();
+    // A stand-in Python whose torch has CUDA: the step task reports a 7 ms step after a
+    // 900 ms first one, on whatever device it is given.
+    let python = dir.join("python");
+    std::fs::write(
+        &python,
+        r#"#!/bin/sh
+[ "$1" = -c ] && exit 0
+while [ $# -gt 0 ]; do [ "$1" = --out ] && out=$2; [ "$1" = --device ] && device=$2; shift; done
+cat > "$out" <<END
+{"environment": {"torch": "stand-in", "device": "stand-in GPU", "threads": 1, "parallel_info": ""},
+ "device": "$device",
+ "steps": {"eager": {"timing": {"median_ms": 7.0, "min_ms": 7.0, "max_ms": 7.0, "samples": 3}, "first_ms": 900.0},
+           "fused": {"timing": {"median_ms": 7.0, "min_ms": 7.0, "max_ms": 7.0, "samples": 3}, "first_ms": 900.0},
+           "compile": {"error": "stand-in: no compiler"}}}
+END
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&python, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let script = root.join("tools/gpu-check.sh");
+    let results = dir.join("results");
+    let check = |extra: &[&str]| {
+        let out = Command::new("bash")
+            .arg(&script)
+            .args(["--tiny", "--bin"])
+            .arg(bin)
+            .arg("--results")
+            .arg(&results)
+            .arg("--python")
+            .arg(&python)
+            .args(extra)
+            .env("XDG_RUNTIME_DIR", dir)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stderr)
+    };
+    let (code, stderr) = check(&[]);
+    let physical = stderr.contains("(a card: true)");
+    if !physical {
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains("--allow-cpu-adapter"), "{stderr}");
+        assert!(!results.exists(), "a refused check writes nothing");
+    }
+    let (code, stderr) = check(&["--allow-cpu-adapter"]);
+    assert_eq!(code, Some(0), "{stderr}");
+    let files: Vec<std::path::PathBuf> = std::fs::read_dir(&results)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    let find = |suffix: &str| {
+        files
+            .iter()
+            .find(|p| p.to_string_lossy().ends_with(suffix))
+            .unwrap_or_else(|| panic!("no *{suffix} in {files:?}"))
+            .clone()
+    };
+    let summary = std::fs::read_to_string(find("-check.md")).unwrap();
+    for part in [
+        "- compare-default: ran in",
+        "- compare-gpt2-small: ran in",
+        "- train-step: ran in",
+        "## compare-default",
+        "wgpu",
+    ] {
+        assert!(summary.contains(part), "{part:?} missing:\n{summary}");
+    }
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(find(".json")).unwrap()).unwrap();
+    let step = &json["train_step"];
+    assert_eq!(step["torch_device"], "cuda", "{step}");
+    let rows = step["rows"].as_array().unwrap();
+    let wgpu: Vec<&serde_json::Value> = rows.iter().filter(|r| r["column"] == "wgpu").collect();
+    assert_eq!(wgpu.len(), 2, "two rounds of the tiny shape: {step}");
+    for r in &wgpu {
+        assert_eq!(r["shape"], "tiny");
+        let (first, median) = (
+            r["first_ms"].as_f64().unwrap(),
+            r["timing"]["median_ms"].as_f64().unwrap(),
+        );
+        assert!(first > 0.0 && median > 0.0, "{r}");
+    }
+    assert!(rows.iter().any(|r| r["column"] == "torch eager"), "{step}");
+    let md = std::fs::read_to_string(find(".json").with_extension("md")).unwrap();
+    assert!(md.contains("First step of each round"), "{md}");
+    assert!(md.contains("### tiny"), "{md}");
+}

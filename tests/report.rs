@@ -203,7 +203,7 @@ fn the_report_replays_training_and_keeps_markup_as_text() {
     };
     let (batches, evals) = (rows("iter"), rows("val"));
     assert!(
-        batches > 100 && evals > 1,
+        batches > evals && evals > 1,
         "{batches} batches, {evals} evaluations"
     );
     let series = seen["loss"]["series"].as_str().unwrap();
@@ -229,12 +229,8 @@ fn the_report_replays_training_and_keeps_markup_as_text() {
         captions.iter().all(|c| c.as_str().unwrap().len() > 40),
         "{seen}"
     );
-    let tokenizer: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(run.join("tokenizer.json")).unwrap())
-            .unwrap();
-    let v = tokenizer["model"]["vocab"]
-        .as_object()
-        .map_or(0, |m| m.len());
+    // A char vocabulary: one token per distinct character of the text.
+    let v = std::collections::BTreeSet::<char>::from_iter(text.chars()).len();
     let repeat = captions[6].as_str().unwrap();
     assert!(
         repeat.contains(&format!("Chance is ln {v} = {:.2}", (v as f64).ln())),

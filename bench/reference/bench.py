@@ -8,7 +8,7 @@ Two uses:
 writes the matmul peak, the attention op (causal `scaled_dot_product_attention`) forward
 and forward+backward, and with --recipe-data the nanoGPT CPU recipe end to end;
 
-    python bench/reference/bench.py step --shape recipe|nanogpt-gpu [--threads N]
+    python bench/reference/bench.py step --shape SHAPE [--threads N] [--device cpu|cuda]
         [--modes eager,fused,compile] [--quick] --out FILE
 
 times one training step of gpt.py's model in each PyTorch mode, one after the other. The
@@ -32,16 +32,28 @@ from torch.nn import functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt import Gpt, GptConfig, adamw  # noqa: E402
 
-# The shapes of crates/bench/src/step.rs: (config, batch).
+# The shapes of crates/bench/src/step.rs: (config, batch). GptConfig(vocab_size, block_size,
+# d_model, n_layers, n_heads).
 SHAPES = {
     "recipe": (GptConfig(65, 64, 128, 4, 4), 12),
     "nanogpt-gpu": (GptConfig(65, 256, 384, 6, 6), 8),
+    "nanogpt-gpu-b64": (GptConfig(65, 256, 384, 6, 6), 64),
+    "gpt2-small": (GptConfig(50304, 1024, 768, 12, 12), 8),
+    "tiny": (GptConfig(65, 16, 32, 1, 2), 2),
 }
 
 
-def environment():
+def environment(device="cpu"):
     """What decides PyTorch's speed on this machine, for the result files."""
+    gpu = {}
+    if device == "cuda":
+        gpu = {
+            "device": torch.cuda.get_device_name(0),
+            "cuda": torch.version.cuda,
+            "tf32_matmul": torch.backends.cuda.matmul.allow_tf32,
+        }
     return {
+        **gpu,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
@@ -68,11 +80,15 @@ def status_mib(field):
     return None
 
 
-def measure(fn, warm_s, measure_s, min_samples):
+def measure(fn, warm_s, measure_s, min_samples, first=None):
     """Per-call milliseconds, by the rule headlab's step worker uses: one untimed call
-    (compilation happens there), warm-up for `warm_s` and at least two calls, then samples
-    until both `measure_s` and `min_samples` are reached."""
+    (compilation happens there; its milliseconds go into `first["ms"]` when given), warm-up
+    for `warm_s` and at least two calls, then samples until both `measure_s` and
+    `min_samples` are reached."""
+    t0 = time.perf_counter()
     fn()
+    if first is not None:
+        first["ms"] = (time.perf_counter() - t0) * 1e3
     start, calls = time.perf_counter(), 0
     while calls < 2 or time.perf_counter() - start < warm_s:
         fn()
@@ -128,12 +144,15 @@ def attention(b, h, d_k, t, backward, warm, meas):
     }
 
 
-def step_fn(config, batch, mode):
-    """One training step as nanoGPT's loop takes it: loss, backward, clip at 1, AdamW."""
+def step_fn(config, batch, mode, device="cpu"):
+    """One training step as nanoGPT's loop takes it: loss, backward, clip at 1, AdamW. On
+    CUDA the step ends with a synchronize, as headlab's ends with the device's sync, so the
+    timer sees the work and not only its launch. f32 throughout (TF32 stays as torch
+    defaults it: off for matmul)."""
     torch.manual_seed(1337)
-    model = Gpt(config)
-    ids = torch.randint(0, config.vocab_size, (batch, config.block_size))
-    targets = torch.randint(0, config.vocab_size, (batch, config.block_size))
+    model = Gpt(config).to(device)
+    ids = torch.randint(0, config.vocab_size, (batch, config.block_size), device=device)
+    targets = torch.randint(0, config.vocab_size, (batch, config.block_size), device=device)
     opt = adamw(model, 1e-3, (0.9, 0.99), 0.1, fused=mode in ("fused", "compile"))
     loss_of = torch.compile(model.loss) if mode == "compile" else model.loss
 
@@ -143,11 +162,13 @@ def step_fn(config, batch, mode):
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if device == "cuda":
+            torch.cuda.synchronize()
 
     return step
 
 
-def steps(shape, modes, quick):
+def steps(shape, modes, quick, device="cpu"):
     """Each mode's step timings; a mode that fails records its error instead."""
     config, batch = SHAPES[shape]
     warm, meas = (0.1, 0.3) if quick else (1.0, 3.0)
@@ -155,8 +176,9 @@ def steps(shape, modes, quick):
     out = {}
     for mode in modes:
         try:
-            ms = measure(step_fn(config, batch, mode), warm, meas, min_samples)
-            out[mode] = {"timing": timing(ms), "ms": ms}
+            first = {}
+            ms = measure(step_fn(config, batch, mode, device), warm, meas, min_samples, first)
+            out[mode] = {"timing": timing(ms), "ms": ms, "first_ms": first["ms"]}
         except Exception as e:  # noqa: BLE001 - the report shows why a column is empty
             out[mode] = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:500],
                          "traceback": traceback.format_exc()[-4000:]}
@@ -231,6 +253,7 @@ def main():
     p.add_argument("--out", default="torch.json")
     p.add_argument("--shape", choices=sorted(SHAPES), default="recipe")
     p.add_argument("--modes", default="eager,fused,compile")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--recipe-data", default=None)
     p.add_argument("--recipe-iters", type=int, default=2000)
     p.add_argument("--recipe-seed", type=int, default=1337, help="the recipe's torch seed")
@@ -238,10 +261,11 @@ def main():
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
-    out = {"environment": environment(), "quick": a.quick}
+    out = {"environment": environment(a.device), "quick": a.quick}
     if a.task == "step":
         out["shape"] = a.shape
-        out["steps"] = steps(a.shape, a.modes.split(","), a.quick)
+        out["device"] = a.device
+        out["steps"] = steps(a.shape, a.modes.split(","), a.quick, a.device)
     else:
         only = set(a.only.split(",")) if a.only else None
         warm, meas = (0.1, 0.3) if a.quick else (1.0, 3.0)

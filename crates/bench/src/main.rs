@@ -74,8 +74,8 @@ struct Args {
     /// Thread counts of the training step comparison (default: 1 and every core).
     #[arg(long, value_delimiter = ',')]
     step_threads: Vec<usize>,
-    /// Shapes of the training step comparison: recipe, nanogpt-gpu (default both; recipe
-    /// with --quick).
+    /// Shapes of the training step comparison: recipe, nanogpt-gpu (the default, recipe alone
+    /// with --quick), and for a GPU nanogpt-gpu-b64, gpt2-small and tiny.
     #[arg(long, value_delimiter = ',')]
     step_shapes: Vec<String>,
     /// Only write the markdown report of an existing result JSON, beside it (after a change
@@ -90,6 +90,25 @@ struct Args {
     /// The matmul peak always runs.
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// bench.py's device for the training step's PyTorch columns: `cuda` on a GPU machine
+    /// (tools/gpu-check.sh passes it where `torch.cuda.is_available()`).
+    #[arg(long)]
+    torch_device: Option<String>,
+    /// The accelerator's published fp32 peak in GFLOP/s: the MFU denominator of the wgpu
+    /// column (and of PyTorch's on `--torch-device cuda`) instead of the CPU's FMA peak.
+    #[arg(long, requires = "device_peak_name")]
+    device_peak_gflops: Option<f64>,
+    /// Where `--device-peak-gflops` comes from, for the report (e.g. "NVIDIA H200, fp32
+    /// non-tensor, spec sheet").
+    #[arg(long, requires = "device_peak_gflops")]
+    device_peak_name: Option<String>,
+    /// The name in the result files' stem instead of the host name (`<date>-<label>`).
+    #[arg(long)]
+    label: Option<String>,
+    /// Print the wgpu adapter headlab would use as JSON (`name`, `physical`: whether it is a
+    /// card rather than a CPU or software rasterizer) and exit; exit code 3 without one.
+    #[arg(long)]
+    adapter: bool,
     /// Passed by `cargo bench`; ignored.
     #[arg(long, hide = true)]
     bench: bool,
@@ -493,6 +512,25 @@ fn bench() {
         eprintln!("wrote {}", md_path.display());
         return;
     }
+    if args.adapter {
+        match headlab_kernels::wgpu_device() {
+            Ok(device) => {
+                let identity = device.identity();
+                println!(
+                    "{}",
+                    json!({
+                        "name": identity.as_ref().map(|i| i.name.clone()),
+                        "physical": identity.as_ref().is_some_and(|i| i.physical.is_some()),
+                    })
+                );
+            }
+            Err(why) => {
+                eprintln!("bench: no wgpu adapter: {why}");
+                std::process::exit(3);
+            }
+        }
+        return;
+    }
     if let Some(name) = &args.step_worker {
         let shape = step::Shape::by_name(name)
             .unwrap_or_else(|| panic!("--step-worker {name}: not a shape of step.rs"));
@@ -541,6 +579,9 @@ fn bench() {
         "matmul": [], "attention": [], "heads": [], "generation": [],
         "unavailable": {},
     });
+    if let (Some(gflops), Some(name)) = (args.device_peak_gflops, &args.device_peak_name) {
+        out["device_peak"] = json!({ "gflops": gflops, "name": name });
+    }
     let sizes = Sizes::new(quick);
     for &backend in &args.backends {
         match backend.device() {
@@ -557,6 +598,7 @@ fn bench() {
     let runs = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
     if runs("train_step") {
         out["train_step"] = step::compare(&step_plan(&args, &out), &args.criterion_dir);
+        out["train_step"]["torch_device"] = json!(args.torch_device.as_deref().unwrap_or("cpu"));
     }
     let recipe_iters = match args.recipe_iters {
         _ if !args.only.is_empty() && !args.only.iter().any(|s| s == "recipe") => 0,
@@ -574,7 +616,7 @@ fn bench() {
         None => json!({ "skipped": "no backend available" }),
     };
     out["torch"] = torch;
-    let (date, host) = (today(), hostname());
+    let (date, host) = (today(), args.label.clone().unwrap_or_else(hostname));
     out["date"] = json!(date);
     out["host"] = json!(host);
     std::fs::create_dir_all(&args.results).expect("creating the results directory");
@@ -621,7 +663,7 @@ fn step_plan(args: &Args, out: &Value) -> step::Plan {
             .iter()
             .map(|n| {
                 step::Shape::by_name(n).unwrap_or_else(|| {
-                    panic!("--step-shapes {n}: not a shape (recipe, nanogpt-gpu)")
+                    panic!("--step-shapes {n}: not a shape ({})", step::Shape::names())
                 })
             })
             .collect()
@@ -637,6 +679,7 @@ fn step_plan(args: &Args, out: &Value) -> step::Plan {
         backends,
         torch_python: args.torch_python.clone(),
         torch_script: args.torch_script.clone(),
+        torch_device: args.torch_device.clone(),
         quick: args.quick,
     }
 }

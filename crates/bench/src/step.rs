@@ -30,13 +30,14 @@ pub struct Shape {
     pub d_model: usize,
     pub block_size: usize,
     pub batch: usize,
+    pub vocab: usize,
 }
 
 /// The vocabulary of tiny-shakespeare's characters.
 const VOCAB: usize = 65;
 
 /// nanoGPT's CPU recipe, and its shakespeare-char GPU model (where attention and memory
-/// bandwidth matter more) at a CPU-sized batch of 8.
+/// bandwidth matter more) at a CPU-sized batch of 8: the CPU bench's shapes.
 pub const SHAPES: [Shape; 2] = [
     Shape {
         name: "recipe",
@@ -45,6 +46,7 @@ pub const SHAPES: [Shape; 2] = [
         d_model: 128,
         block_size: 64,
         batch: 12,
+        vocab: VOCAB,
     },
     Shape {
         name: "nanogpt-gpu",
@@ -53,16 +55,64 @@ pub const SHAPES: [Shape; 2] = [
         d_model: 384,
         block_size: 256,
         batch: 8,
+        vocab: VOCAB,
+    },
+];
+
+/// Shapes for a GPU (tools/gpu-check.sh): nanoGPT's shakespeare-char model at its own batch
+/// of 64, GPT-2 small (124M with GPT-2's padded 50304-token vocabulary, T 1024), and a tiny
+/// model for the dry run on a CPU adapter.
+pub const GPU_SHAPES: [Shape; 3] = [
+    Shape {
+        name: "nanogpt-gpu-b64",
+        n_layers: 6,
+        n_heads: 6,
+        d_model: 384,
+        block_size: 256,
+        batch: 64,
+        vocab: VOCAB,
+    },
+    Shape {
+        name: "gpt2-small",
+        n_layers: 12,
+        n_heads: 12,
+        d_model: 768,
+        block_size: 1024,
+        batch: 8,
+        vocab: 50304,
+    },
+    Shape {
+        name: "tiny",
+        n_layers: 1,
+        n_heads: 2,
+        d_model: 32,
+        block_size: 16,
+        batch: 2,
+        vocab: VOCAB,
     },
 ];
 
 impl Shape {
     pub fn by_name(name: &str) -> Option<Shape> {
-        SHAPES.iter().copied().find(|s| s.name == name)
+        SHAPES
+            .iter()
+            .chain(&GPU_SHAPES)
+            .copied()
+            .find(|s| s.name == name)
+    }
+
+    /// Every shape's name, for error messages.
+    pub fn names() -> String {
+        SHAPES
+            .iter()
+            .chain(&GPU_SHAPES)
+            .map(|s| s.name)
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     pub fn config(&self) -> GptConfig {
-        GptConfig::new(VOCAB)
+        GptConfig::new(self.vocab)
             .with_block_size(self.block_size)
             .with_d_model(self.d_model)
             .with_n_layers(self.n_layers)
@@ -73,8 +123,8 @@ impl Shape {
 
     pub fn describe(&self) -> String {
         format!(
-            "{} layers, {} heads, d_model {}, T {}, B {}, vocab {VOCAB}",
-            self.n_layers, self.n_heads, self.d_model, self.block_size, self.batch
+            "{} layers, {} heads, d_model {}, T {}, B {}, vocab {}",
+            self.n_layers, self.n_heads, self.d_model, self.block_size, self.batch, self.vocab
         )
     }
 
@@ -118,9 +168,12 @@ impl Rule {
         }
     }
 
-    /// Per-call milliseconds of `f`.
-    pub fn measure(&self, mut f: impl FnMut()) -> Vec<f64> {
+    /// The untimed first call's milliseconds (where a GPU compiles its shaders and autotunes),
+    /// and per-call milliseconds of the samples after the warm-up.
+    pub fn measure_first(&self, mut f: impl FnMut()) -> (f64, Vec<f64>) {
+        let t0 = Instant::now();
         f();
+        let first_ms = t0.elapsed().as_secs_f64() * 1e3;
         let (start, mut calls) = (Instant::now(), 0);
         while calls < 2 || start.elapsed().as_secs_f64() < self.warm_s {
             f();
@@ -133,27 +186,28 @@ impl Rule {
             f();
             ms.push(t0.elapsed().as_secs_f64() * 1e3);
         }
-        ms
+        (first_ms, ms)
     }
 }
 
-fn tokens(b: usize, t: usize, seed: u64, device: &Device) -> Tensor<2, Int> {
+fn tokens(b: usize, t: usize, vocab: usize, seed: u64, device: &Device) -> Tensor<2, Int> {
     let ids: Vec<i64> = (0..b * t)
-        .map(|i| ((i as u64 * 2654435761 + seed * 97) % VOCAB as u64) as i64)
+        .map(|i| ((i as u64 * 2654435761 + seed * 97) % vocab as u64) as i64)
         .collect();
     Tensor::from_data(TensorData::new(ids, [b, t]), device)
 }
 
-/// The step's timings on `backend`, as `headlab train` takes a step: loss, backward, global
-/// norm clipped at 1, AdamW.
-fn time_step(shape: &Shape, backend: Backend, rule: &Rule) -> Result<Vec<f64>, String> {
+/// The first step's milliseconds and the step's timings on `backend`, as `headlab train` takes
+/// a step: loss, backward, global norm clipped at 1, AdamW.
+fn time_step(shape: &Shape, backend: Backend, rule: &Rule) -> Result<(f64, Vec<f64>), String> {
     let device = backend.device().map_err(|e| e.to_string())?;
     headlab_kernels::with_kernels(backend.kernels(), || {
         let ad = device.clone().autodiff();
         ad.seed(1337);
         let model = Gpt::new(&shape.config(), &ad).map_err(|e| e.to_string())?;
         let (b, t) = (shape.batch, shape.block_size);
-        let (x, y) = (tokens(b, t, 1, &ad), tokens(b, t, 2, &ad));
+        let v = shape.vocab;
+        let (x, y) = (tokens(b, t, v, 1, &ad), tokens(b, t, v, 2, &ad));
         let mut optim = AdamW::new(AdamWConfig {
             beta1: 0.9,
             beta2: 0.99,
@@ -163,7 +217,7 @@ fn time_step(shape: &Shape, backend: Backend, rule: &Rule) -> Result<Vec<f64>, S
         let mut slot = Some(model);
         // As `headlab train` runs its loop.
         let _keep_pages = headlab_train::alloc::KeepFreedPages::new();
-        Ok(rule.measure(|| {
+        Ok(rule.measure_first(|| {
             let model = slot.take().expect("model");
             let loss = cross_entropy(model.forward(x.clone()), y.clone(), None);
             let grads = GradientsParams::from_grads(loss.backward(), &model);
@@ -182,7 +236,9 @@ pub fn worker(shape: &Shape, backends: &[Backend], quick: bool) -> Value {
     let mut columns = serde_json::Map::new();
     for &backend in backends {
         let cell = match time_step(shape, backend, &rule) {
-            Ok(ms) => json!({ "timing": crate::timing(&ms), "ms": ms }),
+            Ok((first_ms, ms)) => {
+                json!({ "timing": crate::timing(&ms), "ms": ms, "first_ms": first_ms })
+            }
             Err(e) => json!({ "error": e }),
         };
         columns.insert(backend.to_string(), cell);
@@ -199,6 +255,8 @@ pub struct Plan {
     /// The Python of a venv with torch; PyTorch's columns are left out without it.
     pub torch_python: Option<PathBuf>,
     pub torch_script: PathBuf,
+    /// bench.py's `--device` (`cuda` on a GPU machine); its default (the CPU) when `None`.
+    pub torch_device: Option<String>,
     pub quick: bool,
 }
 
@@ -295,6 +353,9 @@ pub fn compare(plan: &Plan, scratch: &Path) -> Value {
                     if plan.quick {
                         py.arg("--quick");
                     }
+                    if let Some(device) = &plan.torch_device {
+                        py.arg("--device").arg(device);
+                    }
                     match run_json(&mut py, Some(&out)) {
                         Ok(v) => {
                             if torch_environment.is_null() {
@@ -368,13 +429,13 @@ mod tests {
     /// `6 N` does.
     #[test]
     fn flops_per_step_follow_nanogpts_estimate() {
-        for shape in SHAPES {
+        for shape in SHAPES.iter().chain(&GPU_SHAPES) {
             let (l, d, t, b, v) = (
                 shape.n_layers as f64,
                 shape.d_model as f64,
                 shape.block_size as f64,
                 shape.batch as f64,
-                VOCAB as f64,
+                shape.vocab as f64,
             );
             // q, k, v, o (4 d^2) and the MLP (8 d^2) per layer; two LayerNorm gains per layer
             // and the final one; the tied token table.
@@ -393,8 +454,9 @@ mod tests {
             min_samples: 4,
         };
         let mut calls = 0;
-        let ms = rule.measure(|| calls += 1);
+        let (first, ms) = rule.measure_first(|| calls += 1);
         assert_eq!(ms.len(), 4);
+        assert!(first >= 0.0);
         // One untimed call and two warm-up calls before the samples.
         assert_eq!(calls, 7);
     }

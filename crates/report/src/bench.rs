@@ -288,6 +288,14 @@ fn train_step_section(out: &Value) -> String {
         .filter_map(|p| Some((p["threads"].as_u64()?, p["gflops"].as_f64()?)))
         .collect();
     let peak_of = |n: u64| peaks.iter().find(|p| p.0 == n).map_or(f64::NAN, |p| p.1);
+    // On a GPU machine the accelerator's columns divide by its published peak instead.
+    let device_peak = out["device_peak"]["gflops"].as_f64();
+    let torch_on_device = step["torch_device"].as_str().is_some_and(|d| d != "cpu");
+    let on_device = |c: &str| c == "wgpu" || (torch_on_device && c.starts_with("torch "));
+    let peak_for = |n: u64, c: &str| match device_peak {
+        Some(g) if on_device(c) => g,
+        _ => peak_of(n),
+    };
     let peak_text: Vec<String> = peaks
         .iter()
         .map(|(n, g)| format!("{g:.0} GFLOP/s on {n} thread(s)"))
@@ -305,6 +313,20 @@ fn train_step_section(out: &Value) -> String {
         step["fma"]["accumulators"],
         peak_text.join(", "),
     );
+    if let Some(g) = device_peak {
+        s += &format!(
+            "\nThe wgpu column{} divide{} by the accelerator's published fp32 peak instead: \
+             {:.0} GFLOP/s ({}).\n",
+            if torch_on_device {
+                " and PyTorch's (on CUDA)"
+            } else {
+                ""
+            },
+            if torch_on_device { "" } else { "s" },
+            g,
+            out["device_peak"]["name"].as_str().unwrap_or("?")
+        );
+    }
     let threads: Vec<u64> = step["threads"]
         .as_array()
         .into_iter()
@@ -340,7 +362,7 @@ fn train_step_section(out: &Value) -> String {
                 if median.is_finite() {
                     s += &format!(
                         "| {n} | {c} | {median:.2} ({min:.2}-{max:.2}) | {gflops:.1} | {:.1}% |\n",
-                        100.0 * gflops / peak_of(n)
+                        100.0 * gflops / peak_for(n, c)
                     );
                 } else {
                     s += &format!("| {n} | {c} | failed, see below | | |\n");
@@ -358,6 +380,29 @@ fn train_step_section(out: &Value) -> String {
         }
         for e in &errors {
             s += &format!("\nFailed: {e}\n");
+        }
+        let firsts: Vec<String> = columns
+            .iter()
+            .filter_map(|c| {
+                let ms: Vec<f64> = step["rows"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| r["shape"] == name && r["column"] == c.as_str())
+                    .filter_map(|r| r["first_ms"].as_f64())
+                    .collect();
+                (!ms.is_empty()).then(|| {
+                    let (median, min, max) = spread(ms);
+                    format!("{c} {median:.0} ms ({min:.0}-{max:.0})")
+                })
+            })
+            .collect();
+        if !firsts.is_empty() {
+            s += &format!(
+                "\nFirst step of each round, not in the timings above (wgpu compiles its shaders \
+                 and autotunes there; PyTorch's compile mode compiles): {}.\n",
+                firsts.join(", ")
+            );
         }
         let torch_cols = ["torch eager", "torch fused", "torch compile", TORCH_BEST];
         if !columns.iter().any(|c| c.starts_with("torch ")) {
