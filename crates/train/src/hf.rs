@@ -550,11 +550,10 @@ mod tests {
     /// too).
     #[test]
     fn exports_load_by_every_route_as_headlab_reads_them() {
-        let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../tests/fixtures/exports");
+        let fixtures =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports");
         let routes: Value =
-            serde_json::from_slice(&std::fs::read(fixtures.join("routes.json")).unwrap())
-                .unwrap();
+            serde_json::from_slice(&std::fs::read(fixtures.join("routes.json")).unwrap()).unwrap();
         let prompt = routes["prompt"].as_str().unwrap();
         let n = routes["tokens"].as_u64().unwrap() as usize;
         let ids = |v: &Value| -> Vec<u32> {
