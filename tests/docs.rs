@@ -53,6 +53,34 @@ fn quoted(file: &'static str, text: &str) -> Vec<Quoted> {
         .collect()
 }
 
+/// A command line's words, as a POSIX shell splits them when quotes are the only special
+/// characters: `--text "the spy ."` is two words.
+fn words(line: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let (mut word, mut quote, mut started) = (String::new(), None, false);
+    for c in line.chars() {
+        match (quote, c) {
+            (Some(q), c) if c == q => quote = None,
+            (Some(_), c) => word.push(c),
+            (None, '"' | '\'') => (quote, started) = (Some(c), true),
+            (None, c) if c.is_whitespace() => {
+                if started {
+                    out.push(std::mem::take(&mut word));
+                }
+                started = false;
+            }
+            (None, c) => {
+                word.push(c);
+                started = true;
+            }
+        }
+    }
+    if started {
+        out.push(word);
+    }
+    out
+}
+
 fn matches(expected: &str, output: &str) -> bool {
     match expected.strip_suffix("...") {
         Some(prefix) => output.lines().any(|l| l.starts_with(prefix.trim_end())),
@@ -68,7 +96,8 @@ fn quoted_output_in_the_docs_is_what_headlab_prints() {
         let text = std::fs::read_to_string(root.join(file)).unwrap();
         for q in quoted(file, &text) {
             let tmp = tempfile::tempdir().unwrap();
-            let args: Vec<&str> = q.command.split_whitespace().collect();
+            let words = words(&q.command);
+            let args: Vec<&str> = words.iter().map(String::as_str).collect();
             let out = headlab_within(&args, tmp.path(), &[], Duration::from_secs(300));
             let output = format!(
                 "{}{}",
@@ -112,6 +141,10 @@ fn the_parser_finds_commands_and_their_lines() {
             ("train --set a=1", vec!["error: one ..."]),
             ("eval r", vec!["loss 1"])
         ]
+    );
+    assert_eq!(
+        words(r#"heads r --text "the spy ." --x '' a"#),
+        ["heads", "r", "--text", "the spy .", "--x", "", "a"]
     );
     assert!(matches("error: one ...", "x\nerror: one two\n"));
     assert!(!matches("error: one ...", "error: on\n"));

@@ -238,16 +238,17 @@ fn an_imported_run_gets_hints_that_work() {
     );
     let stderr = refused(dir, &["eval", "imp"], &["was imported", "--file FILE"]);
     assert!(!stderr.contains("restore it"), "{stderr}");
-    // The hint works: fine-tuning on a text of the fixture's vocabulary.
+    // The hint works: fine-tuning on a text of the fixture's vocabulary, named relative to
+    // the folder headlab runs in.
     let text = dir.join("text.txt");
     std::fs::write(&text, "The keeper climbed the stairs at dusk. ".repeat(40)).unwrap();
-    ok(&headlab(
+    let out = headlab(
         &[
             "train",
             "--resume",
             "imp",
             "--set",
-            &format!("data.path={}", text.display()),
+            "data.path=text.txt",
             "--set",
             "train.max_iters=2",
             "--set",
@@ -260,7 +261,30 @@ fn an_imported_run_gets_hints_that_work() {
             "train.track_heads_every=0",
         ],
         dir,
-    ));
+    );
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stderr.contains("your --set changes"),
+        "an import had no text: {stderr}"
+    );
+    // The run now has a text of its own, recorded absolutely and in data.json: from another
+    // folder, eval reads it without a warning and report treats it as a run like any other.
+    let config = std::fs::read_to_string(dir.join("imp/config.toml")).unwrap();
+    let canonical = std::fs::canonicalize(&text).unwrap();
+    assert!(
+        config.contains(&format!("path = \"{}\"", canonical.display())),
+        "{config}"
+    );
+    let elsewhere = dir.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    let run = dir.join("imp");
+    let out = headlab(&["eval", run.to_str().unwrap()], &elsewhere);
+    ok(&out);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("warning"), "{stderr}");
+    let notes = report_notes(&elsewhere, run.to_str().unwrap());
+    assert!(!notes.contains("imported weights"), "{notes}");
 }
 
 #[test]

@@ -60,7 +60,7 @@ pub fn write(args: &HeadsArgs) -> Result<(PathBuf, HeadReport)> {
         Ok(data) => Some(data),
         Err(e) if text.is_some() => {
             // An imported model never had training text here; anything else lost its data.
-            let why = if run.is_imported() {
+            let why = if run.is_imported() && config.data.source().is_err() {
                 "this run was imported and has no training text".to_string()
             } else {
                 e.to_string()

@@ -99,7 +99,9 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         .or_else(|| losses.evals.last().map(|e| e.0))
         .unwrap_or(0);
     let finished = step >= config.train.max_iters;
-    if run.is_imported() {
+    // Imported and never given a text; once fine-tuned it is a run like any other.
+    let untrained_import = run.is_imported() && config.data.source().is_err();
+    if untrained_import {
         notes.push(format!(
             "imported weights, never trained here: {} fine-tunes them on your text",
             shell_with("train --resume", "--set data.path=FILE")
@@ -158,7 +160,7 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
     }
     let sample = read(SAMPLE_FILE);
     if sample.is_none() {
-        let why = if finished || run.is_imported() {
+        let why = if finished || untrained_import {
             "sample.txt is missing"
         } else {
             "the run has not finished"

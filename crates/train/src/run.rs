@@ -471,6 +471,15 @@ impl RunDir {
         })
     }
 
+    /// Records `text` in `data.json` as the run's own, after a resume chose a new one.
+    pub fn record_data(&self, text: &str) -> Result<(), RunError> {
+        let data = serde_json::json!({ "chars": text.chars().count(), "sha256": sha256(text) });
+        write_atomic(
+            &self.root.join(DATA_FILE),
+            (data.to_string() + "\n").as_bytes(),
+        )
+    }
+
     /// `config.toml`.
     pub fn config_path(&self) -> PathBuf {
         self.root.join("config.toml")
@@ -591,7 +600,8 @@ impl RunDir {
             .map(|s| s.step)
     }
 
-    /// Whether the run was made by `headlab import` (it has weights but never had text).
+    /// Whether the run was made by `headlab import` (its weights came from elsewhere; until a
+    /// `--resume` gives it `data.path`, it has no text).
     pub fn is_imported(&self) -> bool {
         self.root.join(crate::import::IMPORT_FILE).is_file()
     }

@@ -261,9 +261,8 @@ pub fn train(
     options: TrainOptions,
     observers: &mut [Box<dyn Observer>],
 ) -> Result<TrainSummary, TrainError> {
-    let (run, config, dataset, saved) = resolve_run(&options)?;
-    let backend: Backend = config.train.backend.parse()?;
-    let resolved = (run, config, dataset, saved);
+    let resolved = resolve_run(&options)?;
+    let backend: Backend = resolved.1.train.backend.parse()?;
     headlab_kernels::with_kernels(backend.kernels(), || {
         train_resolved(resolved, backend, options, observers)
     })
@@ -271,7 +270,7 @@ pub fn train(
 
 /// [`train`] once the run, its config and its data are resolved.
 fn train_resolved(
-    (run, config, dataset, saved): (RunDir, RunConfig, Dataset, RunConfig),
+    (run, config, dataset, saved, new_text): Resolved,
     backend: Backend,
     options: TrainOptions,
     observers: &mut [Box<dyn Observer>],
@@ -299,6 +298,9 @@ fn train_resolved(
     }
     if options.resume && !options.resume_sets.is_empty() {
         run.save_config(&config)?;
+        if let Some(text) = &new_text {
+            run.record_data(text)?;
+        }
     }
     let mut metrics = Metrics::open(run.metrics_path(), !resuming)?;
     if resuming {
@@ -433,13 +435,16 @@ fn announce(
     }
 }
 
+/// What [`resolve_run`] finds: the run, its config, its data, the config as saved before, and
+/// the text a resumed run's `--set` chose instead of its own (recorded in `data.json` once the
+/// checkpoint has loaded).
+type Resolved = (RunDir, RunConfig, Dataset, RunConfig, Option<String>);
+
 /// The run of `options` with its config and data, everything checked: a fresh directory
 /// (created only once nothing can fail), or an existing one with its saved config and
-/// `--set`s (saved once the checkpoint has loaded). Also the config as saved before.
-fn resolve_run(
-    options: &TrainOptions,
-) -> Result<(RunDir, RunConfig, Dataset, RunConfig), TrainError> {
-    let (run, config, dataset, saved) = if options.resume {
+/// `--set`s (saved once the checkpoint has loaded).
+fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
+    let (run, config, dataset, saved, new_text) = if options.resume {
         let run = RunDir::open(&options.out)?;
         let saved = run.config()?;
         let mut config = saved.clone();
@@ -447,32 +452,43 @@ fn resolve_run(
             config.apply_sets(&options.resume_sets)?;
             config.validate()?;
         }
+        // A new text file is recorded absolutely, as a fresh run's is, so the run works from
+        // any folder.
+        if config.data.path != saved.data.path
+            && let Some(path) = &config.data.path
+        {
+            config.data.path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
+        }
         check_tokenizer_kept(&run, &saved, &config)?;
         if run.is_imported() && config.data.source().is_err() {
             return Err(TrainError::NoText {
                 run: run.root.clone(),
             });
         }
-        let changes = text_changes(&saved.data, &config.data);
-        let dataset = if changes.is_empty() || saved.data.source().is_err() {
-            load_dataset(&run, &config, run.tokenizer()?)?
+        let changes = text_changes(&saved, &config);
+        if changes.is_empty() {
+            let dataset = load_dataset(&run, &config, run.tokenizer()?)?;
+            (run, config, dataset, saved, None)
         } else {
-            // The user's own `--set` chose another text: say so, not that a file changed.
-            eprintln!(
-                "warning: your --set changes the run's text ({}): training continues on the \
-                 new text with the run's tokenizer, and the losses from here on are measured \
-                 on it",
-                changes.join(", ")
-            );
+            // The user's own `--set` chose another text: say so, not that a file changed (an
+            // imported run never had one).
+            if saved.data.source().is_ok() {
+                eprintln!(
+                    "warning: your --set changes the run's text ({}): training continues on \
+                     the new text with the run's tokenizer, and the losses from here on are \
+                     measured on it",
+                    changes.join(", ")
+                );
+            }
             let (text, description) = load_text(&config.data, config.train.seed)?;
-            Dataset::with_tokenizer(
+            let dataset = Dataset::with_tokenizer(
                 &text,
                 run.tokenizer()?,
                 config.data.val_fraction,
                 description,
-            )?
-        };
-        (run, config, dataset, saved)
+            )?;
+            (run, config, dataset, saved, Some(text))
+        }
     } else {
         if options.out.exists() && !options.force {
             return Err(RunError::Exists(options.out.clone()).into());
@@ -506,10 +522,10 @@ fn resolve_run(
         let tokenizer = dataset.tokenizer();
         let run =
             RunDir::create_with(&options.out, options.force, &config, tokenizer, Some(&text))?;
-        (run, config.clone(), dataset, config)
+        (run, config.clone(), dataset, config, None)
     };
     check_fits(&config, &dataset)?;
-    Ok((run, config, dataset, saved))
+    Ok((run, config, dataset, saved, new_text))
 }
 
 /// Refuses a `--set` on resume that would make the config disagree with the run's saved
@@ -543,10 +559,14 @@ fn check_tokenizer_kept(
     Ok(())
 }
 
-/// The `[data]` keys that choose the text, as "key: old -> new", where they differ.
-fn text_changes(old: &DataConfig, new: &DataConfig) -> Vec<String> {
+/// The keys that choose the text, as "key: old -> new", where they differ: `[data]`'s, and
+/// the seed a built-in corpus is generated from.
+fn text_changes(saved: &RunConfig, now: &RunConfig) -> Vec<String> {
+    let (old, new) = (&saved.data, &now.data);
     let show = |v: Option<String>| v.unwrap_or_else(|| "unset".into());
     let path = |d: &DataConfig| d.path.as_ref().map(|p| p.display().to_string());
+    let builtin = new.path.is_none() && new.builtin.is_some();
+    let seed = |c: &RunConfig| builtin.then(|| c.train.seed.to_string());
     [
         ("data.path", path(old), path(new)),
         ("data.builtin", old.builtin.clone(), new.builtin.clone()),
@@ -560,6 +580,7 @@ fn text_changes(old: &DataConfig, new: &DataConfig) -> Vec<String> {
             Some(old.induction_len.to_string()),
             Some(new.induction_len.to_string()),
         ),
+        ("train.seed", seed(saved), seed(now)),
     ]
     .into_iter()
     .filter(|(_, a, b)| a != b)
