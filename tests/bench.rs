@@ -245,6 +245,12 @@ fn the_gpu_check_runs_end_to_end_on_a_cpu_adapter() {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_headlab-bench"))
         .parent()
         .unwrap();
+    // crates/cli's binary: `cargo test --workspace` (the README's command) builds it too.
+    assert!(
+        bin.join("headlab").is_file(),
+        "the GPU check runs headlab beside headlab-bench in {}: run the tests with --workspace",
+        bin.display()
+    );
     // A stand-in Python whose torch has CUDA: the step task reports a 7 ms step after a
     // 900 ms first one, on whatever device it is given.
     let python = dir.join("python");

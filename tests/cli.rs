@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use crate::common::{headlab, ok};
+use crate::common::{headlab, headlab_env, ok};
 
 /// A 2-layer, 2-head model small enough to train in a few seconds.
 const TINY: &[&str] = &[
@@ -408,4 +408,35 @@ fn a_wgpu_run_names_its_adapter() {
         stderr.contains(&format!("wgpu: adapter {adapter}")),
         "{stderr}"
     );
+
+    // Its weights export where no Vulkan adapter exists: export reads them on flex.
+    let hidden = [
+        ("VK_DRIVER_FILES", "/nonexistent/icd.json"),
+        ("VK_ICD_FILENAMES", "/nonexistent/icd.json"),
+    ];
+    let out = headlab_env(&["export", "hf", "run", "--out", "hf"], dir.path(), &hidden);
+    ok(&out);
+    assert!(dir.path().join("hf/model.safetensors").is_file());
+    if cfg!(target_os = "linux") {
+        // The same export asked to read on wgpu finds no adapter: Vulkan really is hidden.
+        let out = headlab_env(
+            &[
+                "export",
+                "hf",
+                "run",
+                "--out",
+                "hf-wgpu",
+                "--backend",
+                "wgpu",
+            ],
+            dir.path(),
+            &hidden,
+        );
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }

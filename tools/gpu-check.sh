@@ -28,23 +28,32 @@
 # Exit codes: 0 when every step ran or was skipped with a reason; 1 when a step failed; 2 for
 # a usage error or a CPU adapter without --allow-cpu-adapter; 3 when wgpu finds no adapter.
 set -uo pipefail
-cd "$(dirname "$0")/.."
 
-allow_cpu=0 tiny=0 results=bench/results bin="" python="" budget=540
+# Paths given on the command line are the caller's, made absolute before moving to the root.
+absolute() { case "$1" in /*) printf '%s' "$1" ;; *) printf '%s' "$PWD/$1" ;; esac; }
+allow_cpu=0 tiny=0 results="" bin="" python="" budget=540
 while [ $# -gt 0 ]; do
   case "$1" in
-    --allow-cpu-adapter) allow_cpu=1 ;;
-    --tiny) tiny=1 ;;
-    --results) results="$2"; shift ;;
-    --bin) bin="$2"; shift ;;
-    --python) python="$2"; shift ;;
-    --budget) budget="$2"; shift ;;
+    --allow-cpu-adapter) allow_cpu=1; shift; continue ;;
+    --tiny) tiny=1; shift; continue ;;
     -h|--help) sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  esac
+  if [ $# -lt 2 ]; then
+    echo "gpu-check: $1 needs a value, or is not an option (see --help)" >&2; exit 2
+  fi
+  case "$1" in
+    --results) results="$(absolute "$2")" ;;
+    --bin) bin="$(absolute "$2")" ;;
+    --python) case "$2" in */*) python="$(absolute "$2")" ;; *) python="$2" ;; esac ;;
+    --budget) budget="$2" ;;
     *) echo "gpu-check: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
-  shift
+  shift 2
 done
-[ -n "$bin" ] || bin="${CARGO_TARGET_DIR:-target}/release"
+case "$budget" in ''|*[!0-9]*) echo "gpu-check: --budget $budget is not a number of seconds" >&2; exit 2 ;; esac
+cd "$(dirname "$0")/.."
+[ -n "$results" ] || results="$PWD/bench/results"
+[ -n "$bin" ] || bin="${CARGO_TARGET_DIR:-$PWD/target}/release"
 for exe in headlab headlab-bench; do
   if [ ! -x "$bin/$exe" ]; then
     echo "gpu-check: $bin/$exe not found; build it first (cargo build --release --workspace) or pass --bin DIR" >&2
@@ -85,7 +94,7 @@ step() {
     echo "gpu-check: skipped: $name: timed out after ${limit} s" >&2
   else
     local why
-    why="$(grep -m1 -iE 'error|out of memory|panicked' "$scratch/$name.log" | cut -c1-300)"
+    why="$(grep -m1 -E '^error|out of memory|panicked' "$scratch/$name.log" | cut -c1-300)"
     summary+=("- $name: failed (exit $rc): ${why:-see its log}")
     echo "gpu-check: $name failed (exit $rc): ${why:-}" >&2
     failed=1
@@ -114,7 +123,8 @@ case "$adapter" in
   *H100*) peak_gflops=51200 ;;
   *A100*) peak_gflops=19500 ;;
   *L40S*) peak_gflops=91600 ;;
-  *L4*) peak_gflops=30300 ;;
+  *L40*) peak_gflops=90500 ;;
+  *" L4"|*" L4 "*) peak_gflops=30300 ;;
   *A10G*) peak_gflops=31200 ;;
   *"RTX 4090"*) peak_gflops=82600 ;;
   *T4*) peak_gflops=8100 ;;
@@ -136,10 +146,11 @@ else
   gpt2_sets=(--set model.n_layers=12 --set model.n_heads=12 --set model.d_model=768
              --set model.block_size=256 --set train.batch_size=1)
 fi
+# ${a[@]+"${a[@]}"}: an empty array under `set -u` on bash before 4.4 too.
 step compare-default 150 "$bin/headlab" compare --backends flex,wgpu --steps "$compare_steps" \
-  "${shape_sets[@]}" --out "$scratch/compare-default"
+  ${shape_sets[@]+"${shape_sets[@]}"} --out "$scratch/compare-default"
 step compare-gpt2-small 200 "$bin/headlab" compare --backends flex,wgpu --steps 1 \
-  "${gpt2_sets[@]}" --out "$scratch/compare-gpt2-small"
+  ${gpt2_sets[@]+"${gpt2_sets[@]}"} --out "$scratch/compare-gpt2-small"
 
 # 3 and 4. The training step, interleaved with PyTorch on CUDA where there is one.
 torch_args=()
@@ -161,7 +172,8 @@ else
   bench_args=(--rounds 2 --step-shapes recipe,nanogpt-gpu-b64,gpt2-small)
 fi
 step train-step 300 "$bin/headlab-bench" --only train_step --backends wgpu \
-  --step-threads "$(nproc)" "${bench_args[@]}" "${torch_args[@]}" "${peak_args[@]}" \
+  --step-threads "$(nproc)" "${bench_args[@]}" ${torch_args[@]+"${torch_args[@]}"} \
+  ${peak_args[@]+"${peak_args[@]}"} \
   --results "$results" --label "$label" --criterion-dir "$scratch/criterion"
 report="$(sed -n 's/^wrote \(.*\.json\) and \(.*\.md\)$/\2/p' "$scratch/train-step.log" | tail -n 1)"
 # A shape that ran out of memory is a failed cell in the report, not a failed script.
@@ -177,7 +189,7 @@ check="$results/$(date -u +%Y-%m-%d)-$label-check.md"
   echo
   echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPU cores, \`tools/gpu-check.sh$( [ "$tiny" -eq 1 ] && echo ' --tiny')$( [ "$allow_cpu" -eq 1 ] && echo ' --allow-cpu-adapter')\`, $(( SECONDS - start )) s."
   echo
-  printf '%s\n' "${summary[@]}"
+  printf '%s\n' ${summary[@]+"${summary[@]}"}
   echo
   echo "Training step: ${report:-not written}"
   for c in compare-default compare-gpt2-small; do
@@ -195,6 +207,6 @@ check="$results/$(date -u +%Y-%m-%d)-$label-check.md"
     fi
   done
 } >"$check"
-printf '%s\n' "${summary[@]}"
+printf '%s\n' ${summary[@]+"${summary[@]}"}
 echo "gpu-check: wrote $check${report:+ and $report} in $(( SECONDS - start )) s" >&2
 exit "$failed"

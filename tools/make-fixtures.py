@@ -504,15 +504,15 @@ TransformerBridge, and AutoTokenizer without tokenizer_config.json): the prompt'
 greedy continuation. To make them again:
 
     for t in char byte bpe; do
-      headlab train --out run-$t --set model.block_size=32 --set model.d_model=32 \
-        --set model.n_layers=2 --set model.n_heads=2 --set train.max_iters=300 \
-        --set train.eval_interval=300 --set train.eval_iters=2 --set train.batch_size=16 \
-        --set train.lr=3e-3 --set train.track_heads_every=0 --set train.sample_tokens=0 \
+      headlab train --out run-$t --set model.block_size=32 --set model.d_model=32 \\
+        --set model.n_layers=2 --set model.n_heads=2 --set train.max_iters=300 \\
+        --set train.eval_interval=300 --set train.eval_iters=2 --set train.batch_size=16 \\
+        --set train.lr=3e-3 --set train.track_heads_every=0 --set train.sample_tokens=0 \\
         --set data.builtin_chars=20000 --set data.tokenizer=$t --set data.vocab_size=300
       headlab export hf run-$t --out tests/fixtures/exports/$t
     done
-    cd tests/fixtures/exports && ~/.cache/headlab/torch-venv/bin/python \
-      ../../../tools/check-export.py char byte bpe --prompt "the spy " --tokens 24 \
+    cd tests/fixtures/exports && ~/.cache/headlab/torch-venv/bin/python \\
+      ../../../tools/check-export.py char byte bpe --prompt "the spy " --tokens 24 \\
       --out routes.json
 
 ## nanogpt-nobias/ (nanoGPT's default layout, `bias=False`)

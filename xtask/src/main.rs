@@ -1,6 +1,6 @@
 //! `cargo xtask <task>`: project automation in Rust, so it runs wherever cargo does.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -345,10 +345,11 @@ fn torch_venv() -> Result<PathBuf> {
     Ok(python)
 }
 
-/// Each dependency's features as `cargo tree` resolves them for `args`, keyed by
-/// "name vVERSION"; headlab's own crates are left out (their `test-hooks` feature is meant to
-/// differ).
-fn resolved_features(root: &Path, args: &[&str]) -> Result<BTreeMap<String, String>> {
+/// Each dependency's feature lists as `cargo tree` resolves them for `args`, keyed by
+/// "name vVERSION": a crate built both for build scripts (the host) and for the target is
+/// listed once per feature set. headlab's own crates (path dependencies) are left out: their
+/// `test-hooks` feature is meant to differ.
+fn resolved_features(root: &Path, args: &[&str]) -> Result<BTreeMap<String, BTreeSet<String>>> {
     let out = cargo()
         .current_dir(root)
         .args(["tree", "--locked", "--prefix", "none", "-f", "{p}|{f}"])
@@ -362,17 +363,20 @@ fn resolved_features(root: &Path, args: &[&str]) -> Result<BTreeMap<String, Stri
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    let mut features = BTreeMap::new();
+    let mut features: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for line in String::from_utf8_lossy(&out.stdout).lines() {
         let Some((package, list)) = line.split_once('|') else {
             continue;
         };
-        // Path dependencies print their folder: "headlab-model v0.2.0 (/work/...)".
-        if package.contains(" (/") {
+        let package = package.trim_end_matches(" (proc-macro)");
+        // A path or git dependency prints where it is: "headlab-model v0.2.0 (/work/...)".
+        if package.contains(" (") {
             continue;
         }
-        let package = package.trim_end_matches(" (proc-macro)").to_string();
-        features.insert(package, list.trim_end_matches(" (*)").to_string());
+        features
+            .entry(package.to_string())
+            .or_default()
+            .insert(list.trim_end_matches(" (*)").to_string());
     }
     Ok(features)
 }
@@ -385,12 +389,23 @@ fn feature_drift(root: &Path) -> Result<Vec<String>> {
     if run.is_empty() {
         bail!("cargo tree listed no dependency of the headlab binary");
     }
+    let show = |lists: &BTreeSet<String>| {
+        lists
+            .iter()
+            .map(|l| format!("[{l}]"))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    };
     Ok(run
         .iter()
         .filter_map(|(package, features)| {
             let other = test.get(package)?;
             (other != features).then(|| {
-                format!("{package}: [{features}] for `cargo run`, [{other}] for `cargo test`")
+                format!(
+                    "{package}: {} for `cargo run`, {} for `cargo test`",
+                    show(features),
+                    show(other)
+                )
             })
         })
         .collect())
