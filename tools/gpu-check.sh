@@ -25,6 +25,11 @@
 # the same interleaved rounds; 5. bench/results/<date>-<gpu>.{json,md} from headlab-bench and
 # <date>-<gpu>-check.md, this script's summary with every compare report.
 #
+# On a machine without a Rust toolchain, bring the two binaries built here: stripped and
+# xz-compressed they are about 15 MB each (2026-12-03), e.g.
+#   mkdir -p gpu-bin && for b in headlab headlab-bench; do strip -o gpu-bin/$b target/release/$b
+#   && xz -f gpu-bin/$b; done          # there: xz -d gpu-bin/*.xz; tools/gpu-check.sh --bin gpu-bin
+#
 # Exit codes: 0 when every step ran or was skipped with a reason; 1 when a step failed; 2 for
 # a usage error or a CPU adapter without --allow-cpu-adapter; 3 when wgpu finds no adapter.
 set -uo pipefail
