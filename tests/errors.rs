@@ -545,7 +545,10 @@ fn misplaced_options_and_paths_say_what_to_use_instead() {
     fails(
         dir,
         &["lab", "induction", "--seeds", "1,2"],
-        &["unexpected argument '--seeds'"],
+        &[
+            "--seeds and --heads are for `lab heads`",
+            "--set train.seed=N",
+        ],
     );
     trained(dir, "g");
     fails(

@@ -57,7 +57,12 @@ pub enum LabName {
         report.html (the run's page with the maps replayed over training) and the head \
         table (heads.csv, heads.json, attention.png, heads.html)."
     )]
-    Induction(Common),
+    Induction {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        misplaced: HeadsOnly,
+    },
     /// One head vs many at equal parameters: 1..64 heads on a task that needs two lookups.
     #[command(long_about = "One head vs many at equal parameters.\n\n\
         Trains one model per head count and seed: 1 layer, d_model 64 split into h heads of \
@@ -90,7 +95,22 @@ pub enum LabName {
         (agreement on forced and ambiguous readings, where each head of \"with\" and \"and\" \
         looks, and whether any head switches with the reading), report.html and the head \
         table (heads.csv, heads.json, attention.png, heads.html).")]
-    Ambiguity(Common),
+    Ambiguity {
+        #[command(flatten)]
+        common: Common,
+        #[command(flatten)]
+        misplaced: HeadsOnly,
+    },
+}
+
+/// `lab heads`'s own options, hidden in the other labs so that giving them there says what to
+/// use instead rather than only that they are unknown.
+#[derive(Debug, Args)]
+pub struct HeadsOnly {
+    #[arg(long, hide = true)]
+    seeds: Option<String>,
+    #[arg(long, hide = true)]
+    heads: Option<String>,
 }
 
 /// What every lab takes.
@@ -125,10 +145,15 @@ impl Common {
 /// Runs the lab.
 pub fn run(args: LabArgs) -> Result<()> {
     let (name, common) = match &args.name {
-        LabName::Induction(common) => ("induction", common),
+        LabName::Induction { common, .. } => ("induction", common),
         LabName::Heads { common, .. } => ("heads", common),
-        LabName::Ambiguity(common) => ("ambiguity", common),
+        LabName::Ambiguity { common, .. } => ("ambiguity", common),
     };
+    if let LabName::Induction { misplaced, .. } | LabName::Ambiguity { misplaced, .. } = &args.name
+        && (misplaced.seeds.is_some() || misplaced.heads.is_some())
+    {
+        bail!("--seeds and --heads are for `lab heads`; `lab {name}` takes --set train.seed=N");
+    }
     let out = common
         .out
         .clone()
@@ -145,7 +170,7 @@ pub fn run(args: LabArgs) -> Result<()> {
     let sets = common.sets()?;
     let reproduce = command_line();
     let summary = match &args.name {
-        LabName::Induction(_) => {
+        LabName::Induction { .. } => {
             let config = config(INDUCTION_CONFIG, "configs/lab-induction.toml", &sets)?;
             let lab = lab::induction(config, &out, &observers)?;
             write_head_report(&out, "headlab lab induction", &lab.report)?;
@@ -174,7 +199,7 @@ pub fn run(args: LabArgs) -> Result<()> {
             heads_png(&lab, &out.join("heads.png"))?;
             heads_summary(&lab, &reproduce)
         }
-        LabName::Ambiguity(_) => {
+        LabName::Ambiguity { .. } => {
             let config = config(AMBIGUITY_CONFIG, "configs/lab-ambiguity.toml", &sets)?;
             let lab = lab::ambiguity(config, &out, &observers)?;
             write_head_report(&out, "headlab lab ambiguity", &lab.report)?;
