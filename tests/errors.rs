@@ -8,35 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::time::Duration;
 
-use crate::common::headlab_within;
-
-/// A 2-layer, 2-head model that trains in well under a second.
-const TINY: &[&str] = &[
-    "--set",
-    "model.block_size=16",
-    "--set",
-    "model.d_model=32",
-    "--set",
-    "model.n_layers=2",
-    "--set",
-    "model.n_heads=2",
-    "--set",
-    "train.batch_size=8",
-    "--set",
-    "train.eval_iters=2",
-    "--set",
-    "train.warmup_iters=2",
-    "--set",
-    "train.max_iters=4",
-    "--set",
-    "train.eval_interval=2",
-    "--set",
-    "train.sample_tokens=10",
-    "--set",
-    "train.track_heads_every=0",
-    "--set",
-    "data.builtin_chars=4000",
-];
+use crate::common::{TINY, headlab_within};
 
 /// `headlab` with `env`, and a backtrace on that would show if anything panicked. Every
 /// case here fails fast: one still running after five minutes has hung.

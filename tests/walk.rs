@@ -3,35 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::common::{headlab, ok};
-
-/// A tiny run's config: seconds to train.
-const TINY: &[&str] = &[
-    "--set",
-    "model.block_size=16",
-    "--set",
-    "model.d_model=32",
-    "--set",
-    "model.n_layers=2",
-    "--set",
-    "model.n_heads=2",
-    "--set",
-    "train.batch_size=8",
-    "--set",
-    "train.eval_iters=2",
-    "--set",
-    "train.warmup_iters=2",
-    "--set",
-    "train.max_iters=4",
-    "--set",
-    "train.eval_interval=2",
-    "--set",
-    "train.sample_tokens=10",
-    "--set",
-    "train.track_heads_every=0",
-    "--set",
-    "data.builtin_chars=4000",
-];
+use crate::common::{TINY, headlab, ok};
 
 fn train(dir: &Path, name: &str, extra: &[&str]) -> (PathBuf, String) {
     let mut args = vec!["train", "--out", name];

@@ -5,6 +5,34 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+/// `--set`s of a 2-layer, 2-head model that trains in well under a second.
+pub const TINY: &[&str] = &[
+    "--set",
+    "model.block_size=16",
+    "--set",
+    "model.d_model=32",
+    "--set",
+    "model.n_layers=2",
+    "--set",
+    "model.n_heads=2",
+    "--set",
+    "train.batch_size=8",
+    "--set",
+    "train.eval_iters=2",
+    "--set",
+    "train.warmup_iters=2",
+    "--set",
+    "train.max_iters=4",
+    "--set",
+    "train.eval_interval=2",
+    "--set",
+    "train.sample_tokens=10",
+    "--set",
+    "train.track_heads_every=0",
+    "--set",
+    "data.builtin_chars=4000",
+];
+
 /// Runs `headlab args` in `cwd` (which also serves as `XDG_RUNTIME_DIR`, quieting wgpu).
 #[allow(dead_code)] // Each test crate uses its own subset.
 pub fn headlab(args: &[&str], cwd: &Path) -> Output {
