@@ -27,12 +27,13 @@ use headlab_model::attention::{
 };
 use headlab_model::{Decoder, Gpt, GptConfig};
 // Median, min and max.
-use headlab_report::bench::spread as stats;
 use headlab_train::backend::Backend;
 use headlab_train::rss;
+use report::spread as stats;
 use serde_json::{Value, json};
 
 mod peak;
+mod report;
 mod step;
 
 /// headlab's benchmarks (run by `cargo xtask bench`).
@@ -507,8 +508,7 @@ fn bench() {
         let out: Value = serde_json::from_str(&text)
             .unwrap_or_else(|e| panic!("{} is not a bench result: {e}", json_path.display()));
         let md_path = json_path.with_extension("md");
-        std::fs::write(&md_path, headlab_report::bench::bench_markdown(&out))
-            .expect("writing the report");
+        std::fs::write(&md_path, report::bench_markdown(&out)).expect("writing the report");
         eprintln!("wrote {}", md_path.display());
         return;
     }
@@ -633,7 +633,7 @@ fn bench() {
     let md_path = args.results.join(format!("{stem}.md"));
     let text = serde_json::to_string_pretty(&out).expect("json");
     std::fs::write(&json_path, text + "\n").expect("writing the results");
-    let md = headlab_report::bench::bench_markdown(&out);
+    let md = report::bench_markdown(&out);
     std::fs::write(&md_path, &md).expect("writing the report");
     println!("{md}");
     eprintln!("wrote {} and {}", json_path.display(), md_path.display());

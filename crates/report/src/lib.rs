@@ -4,7 +4,7 @@
 //! - [`plot`]: line charts; [`loss`]: `loss.png`; [`history`]: `heads.png`.
 //! - [`maps`]: the attention-map grid (`attention.png`) and the explorer page (`heads.html`).
 //! - [`heads`]: a checkpoint's head table as files and as terminal text.
-//! - [`compare`]: `headlab compare`'s files; [`bench`]: `headlab-bench`'s report.
+//! - [`compare`]: `headlab compare`'s files.
 //! - [`labs`]: the labs' summaries.
 //! - [`observer`]: the plots of a run, redrawn while it trains.
 //! - [`run_report`]: a run's page (`report.html`), with training time as a slider.
@@ -12,7 +12,6 @@
 //! It draws data that the other crates compute and never computes any itself; only the CLI
 //! depends on it.
 
-pub mod bench;
 pub mod compare;
 pub mod heads;
 pub mod history;
