@@ -29,6 +29,7 @@ pub use error::AttentionConfigError;
 pub use mask::{MASKED_SCORE, causal_mask, padding_mask};
 pub use mha::{
     AttentionOptions, AttentionOutput, MultiHeadAttention, MultiHeadAttentionConfig, Qkv,
+    gpt2_linear,
 };
 pub use rope::apply_rope;
 pub use sdpa::{

@@ -47,6 +47,19 @@ pub struct MultiHeadAttentionConfig {
     pub out_init_std: Option<f64>,
 }
 
+/// A linear layer with GPT-2's initialisation: `N(0, std^2)` weights, zero bias. Every
+/// projection of attention and of the model's MLP and LM head is made by it.
+pub fn gpt2_linear(d_in: usize, d_out: usize, bias: bool, std: f64, device: &Device) -> Linear {
+    let mut layer = LinearConfig::new(d_in, d_out)
+        .with_bias(bias)
+        .with_initializer(Initializer::Normal { mean: 0.0, std })
+        .init(device);
+    layer.bias = layer
+        .bias
+        .map(|_| Param::from_tensor(Tensor::zeros([d_out], device)));
+    layer
+}
+
 impl MultiHeadAttentionConfig {
     /// Key/value heads actually used.
     pub fn kv_heads(&self) -> usize {
@@ -91,17 +104,8 @@ impl MultiHeadAttentionConfig {
         self.validate()?;
         let d_k = self.d_model / self.n_heads;
         let d_kv = self.kv_heads() * d_k;
-        let linear = |d_out: usize, std: f64| {
-            let mut layer = LinearConfig::new(self.d_model, d_out)
-                .with_bias(self.bias)
-                .with_initializer(Initializer::Normal { mean: 0.0, std })
-                .init(device);
-            // GPT-2 starts every bias at zero.
-            layer.bias = layer
-                .bias
-                .map(|_| Param::from_tensor(Tensor::zeros([d_out], device)));
-            layer
-        };
+        let linear =
+            |d_out: usize, std: f64| gpt2_linear(self.d_model, d_out, self.bias, std, device);
         Ok(MultiHeadAttention {
             q_proj: linear(self.d_model, self.init_std),
             k_proj: linear(d_kv, self.init_std),

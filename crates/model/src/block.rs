@@ -1,10 +1,9 @@
 //! One transformer block: attention and MLP, each with a residual connection and LayerNorm.
 
-use burn::module::{Module, Param};
-use burn::nn::{
-    Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
-};
+use burn::module::Module;
+use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::{Device, Tensor};
+pub(crate) use headlab_attention::gpt2_linear;
 use headlab_attention::{AttentionOptions, MultiHeadAttention, apply_rope};
 use headlab_kernels::linear_layer;
 
@@ -25,24 +24,6 @@ pub(crate) fn layer_norm_config(config: &GptConfig) -> LayerNormConfig {
 pub(crate) fn norm<const D: usize>(ln: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
     let beta = ln.beta.as_ref().map(|b| b.val());
     headlab_kernels::layer_norm(x, ln.gamma.val(), beta, LN_EPSILON)
-}
-
-/// A linear layer with GPT-2's initialisation: normal weights, zero bias.
-pub(crate) fn gpt2_linear(
-    d_in: usize,
-    d_out: usize,
-    bias: bool,
-    std: f64,
-    device: &Device,
-) -> Linear {
-    let mut layer = LinearConfig::new(d_in, d_out)
-        .with_bias(bias)
-        .with_initializer(Initializer::Normal { mean: 0.0, std })
-        .init(device);
-    layer.bias = layer
-        .bias
-        .map(|_| Param::from_tensor(Tensor::zeros([d_out], device)));
-    layer
 }
 
 /// The position-wise feed-forward network `c_proj(gelu(c_fc(x)))`.
