@@ -66,7 +66,7 @@ def check(folder, prompt, n):
     routes["auto"] = route(auto, model, prompt, n)
     routes["auto"]["class"] = type(auto).__name__
 
-    generator = pipeline("text-generation", model=folder, tokenizer=folder, device="cpu")
+    generator = pipeline("text-generation", model=folder, device="cpu")
     result = generator(
         prompt,
         max_new_tokens=n,
