@@ -22,6 +22,6 @@ pub mod tracker;
 
 pub use analysis::{AttentionMaps, HeadReport, HeadRow, PatternScores, Probe, head_report};
 pub use history::{Circuit, HISTORY_HEADER, HeadHistory, find_circuit};
-pub use maps::{MAPS_FILE, MapHistory, MapsHeader};
+pub use maps::{MAPS_FILE, MapHistory, MapsFileError, MapsHeader};
 pub use scores::HeadLabel;
 pub use tracker::{HISTORY_FILE, HeadTracker, LEGACY_HISTORY_FILE};

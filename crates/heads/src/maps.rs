@@ -87,34 +87,60 @@ pub fn step_line(step: usize, bytes: &[u8]) -> String {
     serde_json::to_string(&line).expect("line serialises") + "\n"
 }
 
+/// Why `head_maps.jsonl` cannot be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MapsFileError {
+    /// The first line is not a header.
+    #[error("line 1 is not a maps header ({0})")]
+    Header(String),
+    /// A header of a later layout.
+    #[error("format {0} is newer than this headlab reads (1)")]
+    Format(u32),
+    /// A step's maps are not base64.
+    #[error("line {line}: {why}")]
+    Base64 {
+        /// 1-based line number.
+        line: usize,
+        /// The decoder's words.
+        why: String,
+    },
+    /// A step's maps are not the size the header gives.
+    #[error("line {line} holds {found} bytes where the header says {expected}")]
+    Size {
+        /// 1-based line number.
+        line: usize,
+        /// Bytes found.
+        found: usize,
+        /// Bytes the header's layers, heads and tokens make.
+        expected: usize,
+    },
+}
+
 impl MapHistory {
     /// Reads `head_maps.jsonl`'s text, keeping steps `<= upto`. A line cut short by a crash
     /// ends the history; a damaged header or line of the wrong size is an error naming it.
-    pub fn parse(text: &str, upto: usize) -> Result<Self, String> {
+    pub fn parse(text: &str, upto: usize) -> Result<Self, MapsFileError> {
         let mut lines = text.lines();
         let header: MapsHeader = serde_json::from_str(lines.next().unwrap_or_default())
-            .map_err(|e| format!("line 1 is not a maps header ({e})"))?;
+            .map_err(|e| MapsFileError::Header(e.to_string()))?;
         if header.format != 1 {
-            return Err(format!(
-                "format {} is newer than this headlab reads (1)",
-                header.format
-            ));
+            return Err(MapsFileError::Format(header.format));
         }
         let mut steps = Vec::new();
         for (i, line) in lines.enumerate() {
             let Ok(MapsLine { step, maps }) = serde_json::from_str::<MapsLine>(line) else {
                 break;
             };
-            let bytes = BASE64
-                .decode(maps)
-                .map_err(|e| format!("line {}: {e}", i + 2))?;
+            let bytes = BASE64.decode(maps).map_err(|e| MapsFileError::Base64 {
+                line: i + 2,
+                why: e.to_string(),
+            })?;
             if bytes.len() != header.step_bytes() {
-                return Err(format!(
-                    "line {} holds {} bytes where the header says {}",
-                    i + 2,
-                    bytes.len(),
-                    header.step_bytes()
-                ));
+                return Err(MapsFileError::Size {
+                    line: i + 2,
+                    found: bytes.len(),
+                    expected: header.step_bytes(),
+                });
             }
             if step <= upto {
                 steps.push((step, bytes));
@@ -175,9 +201,17 @@ mod tests {
         assert_eq!(MapHistory::parse(cut, 100).unwrap().steps.len(), 1);
         let wrong = header_line(&h) + &step_line(0, &a[..5]);
         let err = MapHistory::parse(&wrong, 100).unwrap_err();
-        assert!(
-            err.contains("line 2 holds 5 bytes where the header says 8"),
-            "{err}"
+        assert_eq!(
+            err,
+            MapsFileError::Size {
+                line: 2,
+                found: 5,
+                expected: 8
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "line 2 holds 5 bytes where the header says 8"
         );
         assert!(MapHistory::parse("not json\n", 0).is_err());
     }

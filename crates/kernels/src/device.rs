@@ -13,12 +13,19 @@ const APIS: [WgpuBackend; 1] = [WgpuBackend::Metal];
 #[cfg(not(target_os = "macos"))]
 const APIS: [WgpuBackend; 2] = [WgpuBackend::Vulkan, WgpuBackend::Dx12];
 
+/// Why wgpu gave no device, in wgpu's or cubecl's words.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct NoWgpuAdapter(pub String);
+
 /// A wgpu device whose adapter runs what headlab runs: the default adapter (a GPU where there
 /// is one), else a CPU adapter such as Mesa's lavapipe, on the first of [`APIS`] that has one.
-/// Otherwise why not, in wgpu's or cubecl's words. The probe runs once per process.
-pub fn wgpu_device() -> Result<Device, String> {
-    static PROBED: std::sync::OnceLock<Result<Device, String>> = std::sync::OnceLock::new();
-    PROBED.get_or_init(probe_wgpu).clone()
+/// The probe runs once per process.
+pub fn wgpu_device() -> Result<Device, NoWgpuAdapter> {
+    static PROBED: std::sync::OnceLock<Result<Device, NoWgpuAdapter>> = std::sync::OnceLock::new();
+    PROBED
+        .get_or_init(|| probe_wgpu().map_err(NoWgpuAdapter))
+        .clone()
 }
 
 fn probe_wgpu() -> Result<Device, String> {

@@ -40,7 +40,7 @@ use burn::backend::{Dispatch, DispatchDevice};
 use burn::tensor::{DType, Tensor};
 
 pub use adamw::AdamWStep;
-pub use device::{wgpu_device, wgpu_for_tests};
+pub use device::{NoWgpuAdapter, wgpu_device, wgpu_for_tests};
 pub use ext::KernelBackend;
 pub use switch::{Mutation, kernels_enabled, with_kernels};
 

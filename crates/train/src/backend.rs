@@ -93,7 +93,7 @@ impl Backend {
 }
 
 fn wgpu_device() -> Result<Device, BackendError> {
-    headlab_kernels::wgpu_device().map_err(BackendError::NoAdapter)
+    headlab_kernels::wgpu_device().map_err(|e| BackendError::NoAdapter(e.0))
 }
 
 /// Stack of rayon's worker threads: `f` in [`on_compute_pool`] runs on one of them, and
