@@ -316,6 +316,11 @@ pub const SAMPLE_FILE: &str = "sample.txt";
 /// What a run records of its training text, to notice when it changes: `data.json`.
 pub const DATA_FILE: &str = "data.json";
 
+/// `data.json`'s text for `text`: its length and SHA-256.
+fn data_record(text: &str) -> String {
+    serde_json::json!({ "chars": text.chars().count(), "sha256": sha256(text) }).to_string() + "\n"
+}
+
 fn sha256(text: &str) -> String {
     format!("{:x}", Sha256::digest(text.as_bytes()))
 }
@@ -378,10 +383,8 @@ impl RunDir {
         let written = (|| {
             fs::write(staged.config_path(), toml).map_err(io(&staged.config_path()))?;
             if let Some(text) = text {
-                let data =
-                    serde_json::json!({ "chars": text.chars().count(), "sha256": sha256(text) });
                 let data_path = staged.root.join(DATA_FILE);
-                fs::write(&data_path, data.to_string() + "\n").map_err(io(&data_path))?;
+                fs::write(&data_path, data_record(text)).map_err(io(&data_path))?;
             }
             tokenizer.save(staged.tokenizer_path())?;
             sync(&staged.config_path())?;
@@ -473,11 +476,7 @@ impl RunDir {
 
     /// Records `text` in `data.json` as the run's own, after a resume chose a new one.
     pub fn record_data(&self, text: &str) -> Result<(), RunError> {
-        let data = serde_json::json!({ "chars": text.chars().count(), "sha256": sha256(text) });
-        write_atomic(
-            &self.root.join(DATA_FILE),
-            (data.to_string() + "\n").as_bytes(),
-        )
+        write_atomic(&self.root.join(DATA_FILE), data_record(text).as_bytes())
     }
 
     /// `config.toml`.
