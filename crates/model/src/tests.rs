@@ -496,10 +496,14 @@ fn cross_entropy_matches_f64_and_skips_ignored_targets() {
 #[test]
 fn forward_with_captures_weights_and_ablates_heads() {
     let device = &cpu_devices()[0].1;
+    // Seeded: the scaled weights' logits reach a few hundred, and the two kernels' rounding
+    // grows with them.
+    device.seed(11);
     let config = small(Positional::Learned);
     let model = scaled(Gpt::new(&config, device).unwrap());
     let ids = [1, 2, 3, 4, 5];
     let plain = values(model.forward(tokens(&ids, device)));
+    let size = plain.iter().fold(1.0f32, |m, x| m.max(x.abs()));
     let ones = Tensor::<2>::ones([2, 4], device);
     let out = model.forward_with(
         tokens(&ids, device),
@@ -511,15 +515,15 @@ fn forward_with_captures_weights_and_ablates_heads() {
         },
     );
     // Asking for the weights takes the naive kernel instead of the flash one: equal up to
-    // f32 rounding, not bit for bit.
+    // f32 rounding relative to the logits' size, not bit for bit.
     let diff = values(out.logits)
         .iter()
         .zip(&plain)
         .map(|(a, b)| (a - b).abs())
         .fold(0.0f32, f32::max);
     assert!(
-        diff < 1e-5,
-        "an all-ones head mask changed the logits by {diff}"
+        diff < 1e-6 * size,
+        "an all-ones head mask changed the logits by {diff} (largest logit {size})"
     );
     assert_eq!(out.weights.len(), 2);
     assert_eq!(out.weights[1].dims(), [1, 4, 5, 5]);
