@@ -10,7 +10,7 @@ use headlab_data::batch_tensors;
 use headlab_data::bits_per_char;
 use headlab_data::corpus::grammar;
 use headlab_data::{Tokenizer, TokenizerKind};
-use headlab_train::backend::Backend;
+use headlab_kernels::BackendKind;
 use headlab_train::run::RunDir;
 use proptest::prelude::*;
 
@@ -126,7 +126,7 @@ fn same_corpus_and_vocab_size_give_an_identical_tokenizer_file() {
 /// Total next-token loss in nats over `tokens`, by hand: a log-softmax in f64 of the logits
 /// of each window of at most `t` tokens (the windows `headlab eval` uses).
 fn nats_by_hand(model: &headlab_model::Gpt, tokens: &[u32], t: usize) -> f64 {
-    let device = Backend::Flex.device().unwrap();
+    let device = BackendKind::Flex.device().unwrap();
     let mut nats = 0.0;
     let mut start = 0;
     while start + 1 < tokens.len() {
@@ -270,7 +270,7 @@ fn a_bpe_run_trains_resumes_samples_and_reports_bits_per_char() {
     let config = rd.config().unwrap();
     let gpt = config.model.clone().with_vocab_size(tokenizer.vocab_size());
     let (model, _) = rd
-        .load_model("last", &gpt, &Backend::Flex.device().unwrap())
+        .load_model("last", &gpt, &BackendKind::Flex.device().unwrap())
         .unwrap();
     let tokens = tokenizer.encode(unseen).unwrap();
     assert!(tokens.len() > config.model.block_size, "several windows");

@@ -27,8 +27,8 @@ use headlab_model::attention::{
 };
 use headlab_model::{Decoder, Gpt, GptConfig};
 // Median, min and max.
-use headlab_train::backend::Backend;
-use headlab_train::rss;
+use headlab_kernels::BackendKind;
+use headlab_kernels::memory;
 use report::spread as stats;
 use serde_json::{Value, json};
 
@@ -46,7 +46,7 @@ struct Args {
     /// Backends to measure, comma-separated (flex-burn: flex on Burn's ops alone, headlab's
     /// kernels off).
     #[arg(long, value_delimiter = ',', default_value = "flex,ndarray")]
-    backends: Vec<Backend>,
+    backends: Vec<BackendKind>,
     /// Folder for the JSON and markdown results.
     #[arg(long, default_value = "bench/results")]
     results: PathBuf,
@@ -129,7 +129,7 @@ impl MemoryProbe {
     fn start(device: &Device) -> Self {
         device.memory_cleanup();
         Self {
-            rss_before: rss::reset_peak(),
+            rss_before: memory::reset_peak_rss(),
         }
     }
 
@@ -137,7 +137,7 @@ impl MemoryProbe {
         if let Some(usage) = device.memory_pool_usage() {
             return Some(usage.bytes_reserved as f64 / (1024.0 * 1024.0));
         }
-        Some((rss::peak()? - self.rss_before?).max(0.0))
+        Some((memory::peak_rss()? - self.rss_before?).max(0.0))
     }
 }
 
@@ -207,7 +207,7 @@ fn random<const D: usize>(shape: [usize; D], device: &Device) -> Tensor<D> {
 /// The square matmul peak: Burn's `matmul` on the backend, and on the CPU backends also
 /// headlab's `linear` kernel (the gemm crate on the backend's buffers), which is what the
 /// training step's layers run. (MFU divides by the FMA peak of `peak.rs`, not by these.)
-fn matmul(bench: &mut Bench, backend: Backend, device: &Device, n: usize) -> Vec<Value> {
+fn matmul(bench: &mut Bench, backend: BackendKind, device: &Device, n: usize) -> Vec<Value> {
     let a = random([n, n], device);
     let b = random([n, n], device);
     let group = format!("matmul_{backend}");
@@ -235,7 +235,7 @@ fn matmul(bench: &mut Bench, backend: Backend, device: &Device, n: usize) -> Vec
 /// `flash` is headlab's kernel with its own backward (CPU backends; what training uses there).
 fn attention(
     bench: &mut Bench,
-    backend: Backend,
+    backend: BackendKind,
     device: &Device,
     [b, h, d_k]: [usize; 3],
     t: usize,
@@ -285,7 +285,13 @@ fn attention(
     })
 }
 
-fn heads(bench: &mut Bench, backend: Backend, device: &Device, h: usize, t: usize) -> Vec<Value> {
+fn heads(
+    bench: &mut Bench,
+    backend: BackendKind,
+    device: &Device,
+    h: usize,
+    t: usize,
+) -> Vec<Value> {
     let d_model = 128;
     let mha = MultiHeadAttentionConfig::new(d_model, h)
         .with_bias(false)
@@ -358,7 +364,7 @@ fn generate(model: &Gpt, new: usize, cache: bool, device: &Device) -> usize {
     }
 }
 
-fn generation(backend: Backend, device: &Device, lengths: &[usize], reps: usize) -> Vec<Value> {
+fn generation(backend: BackendKind, device: &Device, lengths: &[usize], reps: usize) -> Vec<Value> {
     let max = lengths.iter().copied().max().unwrap_or(1);
     let config = recipe_model(max + 1);
     device.seed(7);
@@ -396,7 +402,7 @@ fn generation(backend: Backend, device: &Device, lengths: &[usize], reps: usize)
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() {
-    headlab_train::backend::on_compute_pool(bench);
+    headlab_kernels::on_compute_pool(bench);
 }
 
 /// The sizes each section measures.
@@ -448,7 +454,7 @@ fn measure_backend(
     bench: &mut Bench,
     args: &Args,
     sizes: &Sizes,
-    backend: Backend,
+    backend: BackendKind,
     device: &Device,
     out: &mut Value,
 ) {
@@ -457,7 +463,7 @@ fn measure_backend(
     }
     let runs = |section: &str| args.only.is_empty() || args.only.iter().any(|s| s == section);
     // Where headlab's flash kernel runs; elsewhere `flash` is the naive op, not measured twice.
-    let cpu = backend != Backend::Wgpu && backend.kernels();
+    let cpu = backend != BackendKind::Wgpu && backend.kernels();
     for &t in sizes.ts.iter().filter(|_| runs("attention")) {
         let kernels = [
             (false, "naive"),
@@ -642,14 +648,14 @@ fn bench() {
 /// What the training step comparison runs: the available backends (and flex-burn beside
 /// flex, Burn's stock ops as a floor), at 1 thread and every core.
 fn step_plan(args: &Args, out: &Value) -> step::Plan {
-    let mut backends: Vec<Backend> = args
+    let mut backends: Vec<BackendKind> = args
         .backends
         .iter()
         .copied()
         .filter(|b| out["unavailable"].get(b.to_string()).is_none())
         .collect();
-    if backends.contains(&Backend::Flex) && !backends.contains(&Backend::FlexBurn) {
-        backends.push(Backend::FlexBurn);
+    if backends.contains(&BackendKind::Flex) && !backends.contains(&BackendKind::FlexBurn) {
+        backends.push(BackendKind::FlexBurn);
     }
     let cores = out["cores"].as_u64().unwrap_or(1) as usize;
     let mut threads = if args.step_threads.is_empty() {
@@ -701,7 +707,7 @@ fn unused_stem(dir: &Path, stem: &str) -> String {
 /// The nanoGPT CPU recipe end to end (configs/shakespeare-char-cpu.toml) on `backend`, run
 /// as `headlab train` in a process of its own, as a user would run it (in this process it
 /// would inherit the allocator and thread state the microbenchmarks left behind).
-fn recipe(data: &Path, iters: usize, backend: Backend) -> Value {
+fn recipe(data: &Path, iters: usize, backend: BackendKind) -> Value {
     if iters == 0 {
         return json!({ "skipped": "not asked for (--recipe-iters 0 or --only without recipe)" });
     }

@@ -13,8 +13,8 @@ use std::time::Instant;
 
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use headlab_kernels::BackendKind;
 use headlab_model::{Gpt, GptConfig, cross_entropy};
-use headlab_train::backend::Backend;
 use headlab_train::optim::{AdamW, AdamWConfig, global_grad_norm};
 use serde_json::{Value, json};
 
@@ -199,7 +199,7 @@ fn tokens(b: usize, t: usize, vocab: usize, seed: u64, device: &Device) -> Tenso
 
 /// The first step's milliseconds and the step's timings on `backend`, as `headlab train` takes
 /// a step: loss, backward, global norm clipped at 1, AdamW.
-fn time_step(shape: &Shape, backend: Backend, rule: &Rule) -> Result<(f64, Vec<f64>), String> {
+fn time_step(shape: &Shape, backend: BackendKind, rule: &Rule) -> Result<(f64, Vec<f64>), String> {
     let device = backend.device().map_err(|e| e.to_string())?;
     headlab_kernels::with_kernels(backend.kernels(), || {
         let ad = device.clone().autodiff();
@@ -216,7 +216,7 @@ fn time_step(shape: &Shape, backend: Backend, rule: &Rule) -> Result<(f64, Vec<f
         });
         let mut slot = Some(model);
         // As `headlab train` runs its loop.
-        let _keep_pages = headlab_train::alloc::KeepFreedPages::new();
+        let _keep_pages = headlab_kernels::memory::KeepFreedPages::new();
         Ok(rule.measure_first(|| {
             let model = slot.take().expect("model");
             let loss = cross_entropy(model.forward(x.clone()), y.clone(), None);
@@ -231,7 +231,7 @@ fn time_step(shape: &Shape, backend: Backend, rule: &Rule) -> Result<(f64, Vec<f
 
 /// `headlab-bench --step-worker SHAPE`: every backend's step in this process, one after the
 /// other, as `{ "columns": { backend: { timing } or { error } } }`.
-pub fn worker(shape: &Shape, backends: &[Backend], quick: bool) -> Value {
+pub fn worker(shape: &Shape, backends: &[BackendKind], quick: bool) -> Value {
     let rule = Rule::new(shape, quick);
     let mut columns = serde_json::Map::new();
     for &backend in backends {
@@ -251,7 +251,7 @@ pub struct Plan {
     pub shapes: Vec<Shape>,
     pub threads: Vec<usize>,
     pub rounds: usize,
-    pub backends: Vec<Backend>,
+    pub backends: Vec<BackendKind>,
     /// The Python of a venv with torch; PyTorch's columns are left out without it.
     pub torch_python: Option<PathBuf>,
     pub torch_script: PathBuf,

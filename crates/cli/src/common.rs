@@ -7,8 +7,8 @@ use anyhow::Result;
 use burn::tensor::Device;
 use clap::ValueEnum;
 use headlab_heads::HeadTracker;
+use headlab_kernels::BackendKind;
 use headlab_report::RunPlots;
-use headlab_train::backend::Backend;
 use headlab_train::config::RunConfig;
 use headlab_train::run::{RunDir, Trained, open_trained};
 use headlab_train::trainer::Observer;
@@ -70,7 +70,7 @@ pub fn open_run(
     backend: Option<&str>,
     checkpoint: Checkpoint,
 ) -> Result<(RunDir, Trained, Device)> {
-    let backend: Option<Backend> = backend.map(str::parse).transpose()?;
+    let backend: Option<BackendKind> = backend.map(str::parse).transpose()?;
     Ok(open_trained(dir, backend, checkpoint.name())?)
 }
 

@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::Args;
+use headlab_kernels::BackendKind;
 use headlab_report::{compare_markdown, write_compare};
-use headlab_train::backend::Backend;
 use headlab_train::compare::compare;
 use headlab_train::run::RunDir;
 
@@ -70,7 +70,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
     };
     let mut backends = Vec::new();
     for b in &args.backends {
-        let backend: Backend = b.parse()?;
+        let backend: BackendKind = b.parse()?;
         if backends.contains(&backend) {
             bail!("--backends lists {backend} twice");
         }

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use headlab_train::backend::Backend;
+use headlab_kernels::BackendKind;
 use headlab_train::hf::read_gpt2_folder;
 use headlab_train::import::Imported;
 use headlab_train::nanogpt::read_nanogpt;
@@ -94,7 +94,7 @@ fn write(imported: &Imported, args: &OutArgs, name: &str) -> Result<()> {
             out.display()
         );
     }
-    let backend: Backend = args.backend.parse()?;
+    let backend: BackendKind = args.backend.parse()?;
     let device = backend.device()?;
     let model = imported.build(&device)?;
     let run = imported

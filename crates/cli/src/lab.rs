@@ -16,11 +16,11 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use headlab_heads::HeadReport;
 use headlab_heads::lab;
+use headlab_kernels::BackendKind;
 use headlab_report::labs::{
     ambiguity_summary, heads_csv, heads_png, heads_summary, induction_summary,
 };
 use headlab_report::{REPORT_FILE, report_run, write_head_report};
-use headlab_train::backend::Backend;
 use headlab_train::config::RunConfig;
 
 use crate::common::observers;
@@ -135,7 +135,7 @@ impl Common {
     fn sets(&self) -> Result<Vec<String>> {
         let mut sets = self.set.clone();
         if let Some(backend) = &self.backend {
-            backend.parse::<Backend>()?;
+            backend.parse::<BackendKind>()?;
             sets.push(format!("train.backend={backend}"));
         }
         Ok(sets)

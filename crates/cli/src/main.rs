@@ -92,7 +92,7 @@ fn main() -> ExitCode {
     if matches!(cli.command, Command::Train(_)) {
         catch_ctrl_c();
     }
-    match headlab_train::backend::on_compute_pool(|| run(cli)) {
+    match headlab_kernels::on_compute_pool(|| run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => match error.downcast_ref::<TrainError>() {
             Some(interrupted @ TrainError::Interrupted { .. }) => {

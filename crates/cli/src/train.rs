@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use clap::Args;
-use headlab_train::backend::Backend;
+use headlab_kernels::BackendKind;
 use headlab_train::config::RunConfig;
 use headlab_train::grammar::percent;
 use headlab_train::trainer::{TrainOptions, train};
@@ -53,7 +53,7 @@ pub fn resolve_config(args: &TrainArgs) -> Result<(RunConfig, String)> {
         name = stem.to_string_lossy().into_owned();
     }
     if let Some(backend) = &args.backend {
-        backend.parse::<Backend>()?;
+        backend.parse::<BackendKind>()?;
         config.train.backend = backend.clone();
     }
     if let Some(seed) = args.seed {
@@ -68,7 +68,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         Some(dir) => {
             let mut resume_sets = args.set.clone();
             if let Some(backend) = &args.backend {
-                backend.parse::<Backend>()?;
+                backend.parse::<BackendKind>()?;
                 resume_sets.push(format!("train.backend={backend}"));
             }
             TrainOptions {

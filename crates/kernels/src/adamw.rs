@@ -40,7 +40,7 @@ pub(crate) struct Scalars {
 
 /// Adam's bias correction `1 / (1 - beta^t)`.
 fn correction(beta: f64, step: i32) -> f32 {
-    if crate::switch::mutated(crate::Mutation::AdamWNoBiasCorrection) {
+    if crate::toggle::mutated(crate::Mutation::AdamWNoBiasCorrection) {
         return 1.0;
     }
     (1.0 / (1.0 - beta.powi(step))) as f32

@@ -1,9 +1,123 @@
-//! Finding a wgpu device that works. cubecl panics on a machine without a usable adapter, and
-//! some adapters lack what training needs (atomic float adds, used by the gradient of an
-//! embedding lookup), so every candidate is tried on a small forward and backward first.
+//! Backends by name, and the devices they run on: the one place headlab names a backend.
+//! Everything above this crate takes a `burn::tensor::Device` that [`BackendKind::device`]
+//! gave it.
+//!
+//! wgpu needs care: cubecl panics on a machine without a usable adapter, and some adapters lack
+//! what training needs (atomic float adds, used by the gradient of an embedding lookup), so
+//! every candidate is tried on a small forward and backward first ([`wgpu_device`]).
+
+use std::fmt;
+use std::str::FromStr;
 
 use burn::tensor::wgpu::WgpuBackend;
 use burn::tensor::{Device, DeviceKind, Int, Tensor, TensorData};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// A backend headlab can run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    /// Burn's ndarray CPU backend (deprecated upstream in favour of flex; kept to compare).
+    Ndarray,
+    /// Burn's flex CPU backend, with headlab's kernels.
+    #[default]
+    Flex,
+    /// flex with headlab's kernels switched off: Burn's own ops on the same device, the
+    /// witness that checks the kernels (`headlab compare`) and the baseline they are timed
+    /// against (`headlab-bench`).
+    #[serde(rename = "flex-burn")]
+    FlexBurn,
+    /// Burn's wgpu backend: Vulkan, Metal or DX12, or Mesa's lavapipe on a CPU.
+    Wgpu,
+}
+
+/// Every backend, in the order they are listed to users.
+pub const BACKENDS: [BackendKind; 4] = [
+    BackendKind::Flex,
+    BackendKind::FlexBurn,
+    BackendKind::Ndarray,
+    BackendKind::Wgpu,
+];
+
+/// A backend that cannot be used.
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum BackendError {
+    /// Not a backend name.
+    #[error("unknown backend {0:?}: choose one of flex, flex-burn, ndarray, wgpu")]
+    Unknown(String),
+    /// wgpu found no working adapter.
+    #[error(
+        "the wgpu backend found no working GPU adapter ({0}). Install a Vulkan driver (on \
+         Debian/Ubuntu without a GPU: `apt-get install mesa-vulkan-drivers` gives the lavapipe \
+         CPU adapter) or choose --backend flex"
+    )]
+    NoAdapter(String),
+}
+
+impl fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BackendKind::Ndarray => "ndarray",
+            BackendKind::Flex => "flex",
+            BackendKind::FlexBurn => "flex-burn",
+            BackendKind::Wgpu => "wgpu",
+        })
+    }
+}
+
+impl FromStr for BackendKind {
+    type Err = BackendError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "ndarray" => Ok(BackendKind::Ndarray),
+            "flex" => Ok(BackendKind::Flex),
+            "flex-burn" => Ok(BackendKind::FlexBurn),
+            "wgpu" => Ok(BackendKind::Wgpu),
+            _ => Err(BackendError::Unknown(s.to_string())),
+        }
+    }
+}
+
+impl BackendKind {
+    /// The device for this backend, checked to work. Inference devices have no autodiff; add
+    /// it with `.autodiff()` for training.
+    #[allow(deprecated)]
+    pub fn device(self) -> Result<Device, BackendError> {
+        match self {
+            BackendKind::Ndarray => Ok(Device::ndarray()),
+            BackendKind::Flex | BackendKind::FlexBurn => Ok(Device::flex()),
+            BackendKind::Wgpu => wgpu_device_checked(),
+        }
+    }
+
+    /// Whether headlab's kernels run on this backend's device: run its work inside
+    /// [`crate::with_kernels`]`(backend.kernels(), ..)`.
+    pub fn kernels(self) -> bool {
+        self != BackendKind::FlexBurn
+    }
+}
+
+fn wgpu_device_checked() -> Result<Device, BackendError> {
+    wgpu_device().map_err(|e| BackendError::NoAdapter(e.0))
+}
+
+/// Stack of rayon's worker threads: `f` in [`on_compute_pool`] runs on one of them, and
+/// Burn's autodiff graph can be deep.
+const WORKER_STACK: usize = 16 << 20;
+
+/// Runs `f` on a thread of rayon's global pool (`RAYON_NUM_THREADS` threads, default one per
+/// core), so that the CPU kernels' parallel loops start where they are called. From any other
+/// thread each loop is handed to the pool and the caller sleeps until it is done: with one
+/// thread that handoff, two context switches per op, was several percent of a training step.
+pub fn on_compute_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    // Fails only if the pool was already built (a second call): then that one is used.
+    let _ = rayon::ThreadPoolBuilder::new()
+        .stack_size(WORKER_STACK)
+        .build_global();
+    rayon::scope(|_| f())
+}
 
 /// The graphics APIs tried, best first. Never OpenGL, which `Device::wgpu` falls back to when
 /// Vulkan is missing: it has no float atomics, and on Mesa (llvmpipe over EGL) cubecl's first
@@ -124,5 +238,22 @@ pub fn wgpu_for_tests() -> Option<Device> {
             );
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_list_the_valid_ones() {
+        for b in BACKENDS {
+            assert_eq!(b.to_string().parse::<BackendKind>().unwrap(), b);
+        }
+        let err = "cuda".parse::<BackendKind>().unwrap_err().to_string();
+        assert_eq!(
+            err,
+            "unknown backend \"cuda\": choose one of flex, flex-burn, ndarray, wgpu"
+        );
     }
 }

@@ -5,7 +5,7 @@
 //! gradients flow, on every backend, so training pays for a `[t_q, t_k]` score matrix per head
 //! and a dozen passes over it in each direction. [`flash_attention`] registers one op instead:
 //! a forward blocked over queries that keeps each row's log-sum-exp, and a hand-written
-//! backward that recomputes the probabilities from it ([`cpu`]). It is a Burn backend
+//! backward that recomputes the probabilities from it (`flash`). It is a Burn backend
 //! extension, so it runs on `flex` and `ndarray`, with or without autodiff; on other backends
 //! (wgpu) [`supports`] says no and callers keep their own path.
 //!
@@ -16,33 +16,41 @@
 //! copies strided operands). [`adamw`] updates a parameter and its moments in one pass. Each
 //! falls back to Burn's ops where the kernels do not run.
 //!
-//! Modules: [`cpu`] (flash attention on host memory), `device` (a wgpu device that works), `ext` (the ops registered with Burn
-//! and their backward), [`pointwise`] (GELU, LayerNorm), `gemm` (matrix products on strided
-//! views), `simd` (run-time CPU-feature dispatch), `fresh` (outputs never zeroed first),
-//! `adamw` (the one-pass update), `switch` (kernels off per thread; test-only wrong
-//! kernels).
+//! Modules: `flash` (flash attention on host memory), `gelu`, `layer_norm` and `linear` (the
+//! other kernels on host memory), `ops` (the kernels registered with Burn as ops, with their
+//! backward), `adamw` (the one-pass update), `gemm` (matrix products on strided views), `simd`
+//! (run-time CPU-feature dispatch), `uninit` (output buffers written once, never zeroed),
+//! `toggle` (kernels off per thread; test-only wrong kernels), `device` (backends by name, a
+//! wgpu device that works, the compute pool) and `memory` (the allocator's freed pages, peak
+//! RSS).
 //!
-//! This is the one crate of headlab that names backends; `headlab-attention` and
-//! `headlab-model` call it through these functions and stay backend-generic. It depends on
+//! This is the one crate of headlab that names backends ([`BackendKind`]); every other crate
+//! takes a `Device` and stays backend-generic. It depends on
 //! Burn alone and must not depend on any other headlab crate.
 
 mod adamw;
-pub mod cpu;
 mod device;
-mod ext;
-mod fresh;
+pub mod flash;
+pub mod gelu;
 mod gemm;
-pub mod pointwise;
+pub mod layer_norm;
+pub mod linear;
+pub mod memory;
+mod ops;
 mod simd;
-mod switch;
+mod toggle;
+mod uninit;
 
 use burn::backend::{Dispatch, DispatchDevice};
 use burn::tensor::{DType, Tensor};
 
 pub use adamw::AdamWStep;
-pub use device::{NoWgpuAdapter, wgpu_device, wgpu_for_tests};
-pub use ext::KernelBackend;
-pub use switch::{Mutation, kernels_enabled, with_kernels};
+pub use device::{
+    BACKENDS, BackendError, BackendKind, NoWgpuAdapter, on_compute_pool, wgpu_device,
+    wgpu_for_tests,
+};
+pub use ops::KernelBackend;
+pub use toggle::{Mutation, kernels_enabled, with_kernels};
 
 /// Whether the kernels run on this tensor: f32 on `flex` or `ndarray`, with the kernels not
 /// switched off on this thread ([`with_kernels`]).
@@ -168,7 +176,7 @@ pub fn layer_norm<const D: usize>(
     }
     // Without a shift, zeros: a constant, so no gradient is registered for it.
     let beta = beta.unwrap_or_else(|| gamma.zeros_like());
-    let epsilon = if switch::mutated(Mutation::LayerNormEps) {
+    let epsilon = if toggle::mutated(Mutation::LayerNormEps) {
         1e-6
     } else {
         epsilon

@@ -81,7 +81,7 @@ dispatch! {
         for (r, row) in p.chunks_exact_mut(n).enumerate() {
             let (row, hidden) = row.split_at_mut(seen.row(r, n));
             hidden.fill(0.0);
-            let max = if crate::switch::mutated(crate::Mutation::SoftmaxNoMax) {
+            let max = if crate::toggle::mutated(crate::Mutation::SoftmaxNoMax) {
                 0.0
             } else {
                 max(row)

@@ -34,14 +34,14 @@ use headlab_model::{Gpt, GptConfig, GptConfigError, WeightsError};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::backend::{Backend, BackendError};
 use crate::config::{RunConfig, ValidationError};
 use crate::optim::AdamW;
-use crate::rss;
 use crate::schedule::lr_at;
 use crate::step::{gradients, step_batches, update};
 pub use crate::truth::{BEST_RATIO, Check, SAFETY, UNIT_ROUNDOFF, worst_ratio};
 use crate::truth::{Probe, TRUTH_STEPS, checks, f64_truth, forward_values, gradient_values};
+use headlab_kernels::memory;
+use headlab_kernels::{BackendError, BackendKind};
 
 /// Why a comparison could not run.
 #[derive(Debug, Error)]
@@ -255,7 +255,7 @@ fn run_backend(
     steps: usize,
 ) -> Result<Run, String> {
     let tc = &config.train;
-    let rss_before = rss::reset_peak();
+    let rss_before = memory::reset_peak_rss();
     let device = device.autodiff();
     let model = Gpt::new(gpt, &device).map_err(|e| e.to_string())?;
     let mut model = model.load_weights(init).map_err(|e| e.to_string())?;
@@ -294,7 +294,7 @@ fn run_backend(
         losses.push(step.loss);
         phases.push([step.forward_s * 1e3, step.backward_s * 1e3, optimizer * 1e3]);
     }
-    let peak_rss_mib = match (rss_before, rss::peak()) {
+    let peak_rss_mib = match (rss_before, memory::peak_rss()) {
         (Some(before), Some(peak)) => Some((peak - before).max(0.0)),
         _ => None,
     };
@@ -324,7 +324,7 @@ pub struct Candidate {
 
 impl Candidate {
     /// Looks up `backend`'s device.
-    pub fn of(backend: Backend) -> Self {
+    pub fn of(backend: BackendKind) -> Self {
         Self {
             name: backend.to_string(),
             device: backend.device().map_err(|e| e.to_string()),
@@ -338,7 +338,7 @@ impl Candidate {
 /// `headlab-report` to write.
 pub fn compare(
     config: RunConfig,
-    backends: &[Backend],
+    backends: &[BackendKind],
     steps: usize,
     out: &Path,
     init_from: Option<&Path>,
@@ -399,7 +399,7 @@ pub fn compare_on(
 
     // One initialisation, on flex, seeded as `headlab train` seeds a flex run (or the weights
     // of `init_from`, loaded before anything is written); every backend loads it.
-    let host = Backend::Flex.device()?;
+    let host = BackendKind::Flex.device()?;
     host.seed(config.train.seed);
     let model = Gpt::new(&gpt, &host)?;
     let model = match init_from {

@@ -3,7 +3,6 @@
 //!
 //! - [`config`]: the TOML run config ([`RunConfig`]: `[model]`, `[train]`, `[data]`) and
 //!   `--set` overrides.
-//! - [`backend`]: a Burn backend chosen by name; [`alloc`] and [`rss`]: memory.
 //! - [`run`]: run directories, checkpoints with manifests, Ctrl-C.
 //! - [`optim`], [`schedule`]: AdamW and the learning rate.
 //! - [`step`]: one optimizer step (micro-batches, clipping, AdamW).
@@ -16,8 +15,6 @@
 //! This crate returns data and writes only what a run needs to resume (config, tokenizer,
 //! checkpoints, metrics); it must not depend on head analysis, reports or the CLI.
 
-pub mod alloc;
-pub mod backend;
 pub mod compare;
 pub mod config;
 pub mod eval;
@@ -27,7 +24,6 @@ pub mod import;
 pub mod metrics;
 pub mod nanogpt;
 pub mod optim;
-pub mod rss;
 pub mod run;
 pub mod schedule;
 pub mod step;

@@ -774,7 +774,7 @@ pub enum OpenError {
     Run(#[from] RunError),
     /// The backend.
     #[error(transparent)]
-    Backend(#[from] crate::backend::BackendError),
+    Backend(#[from] headlab_kernels::BackendError),
     /// The checkpoint.
     #[error("loading the {name} checkpoint of {}: {source}", dir.display())]
     Checkpoint {
@@ -792,7 +792,7 @@ pub enum OpenError {
 /// run's files are checked before a backend starts.
 pub fn open_trained(
     dir: &Path,
-    backend: Option<crate::backend::Backend>,
+    backend: Option<headlab_kernels::BackendKind>,
     name: &str,
 ) -> Result<(RunDir, Trained, Device), OpenError> {
     let run = RunDir::open(dir)?;

@@ -18,8 +18,6 @@ use headlab_model::{Gpt, GptConfig, GptConfigError, Sampling};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use thiserror::Error;
 
-use crate::alloc::KeepFreedPages;
-use crate::backend::{Backend, BackendError};
 use crate::config::{ConfigError, RunConfig, TrainConfig, ValidationError};
 use crate::eval::estimate_loss;
 use crate::grammar::{Grammaticality, grammaticality, is_grammar_run, percent};
@@ -28,6 +26,8 @@ use crate::optim::{AdamW, AdamWConfig};
 use crate::run::{RunDir, RunError, TrainState, TrainedOn};
 use crate::schedule::lr_at;
 use crate::step::{gradients, update};
+use headlab_kernels::memory::KeepFreedPages;
+use headlab_kernels::{BackendError, BackendKind};
 
 /// Why training stopped early.
 #[derive(Debug, Error)]
@@ -262,7 +262,7 @@ pub fn train(
     observers: &mut [Box<dyn Observer>],
 ) -> Result<TrainSummary, TrainError> {
     let resolved = resolve_run(&options)?;
-    let backend: Backend = resolved.1.train.backend.parse()?;
+    let backend: BackendKind = resolved.1.train.backend.parse()?;
     headlab_kernels::with_kernels(backend.kernels(), || {
         train_resolved(resolved, backend, options, observers)
     })
@@ -271,7 +271,7 @@ pub fn train(
 /// [`train`] once the run, its config and its data are resolved.
 fn train_resolved(
     (run, config, dataset, saved, new_text): Resolved,
-    backend: Backend,
+    backend: BackendKind,
     options: TrainOptions,
     observers: &mut [Box<dyn Observer>],
 ) -> Result<TrainSummary, TrainError> {
@@ -411,7 +411,7 @@ fn warn_if_schedule_moves(saved: &TrainConfig, now: &TrainConfig, step: usize) {
 fn announce(
     model: &Gpt,
     run: &RunDir,
-    backend: Backend,
+    backend: BackendKind,
     device: &Device,
     dataset: &Dataset,
     resuming: bool,
@@ -430,7 +430,7 @@ fn announce(
     if let Some(identity) = device.identity() {
         eprintln!("{backend}: adapter {}", identity.name);
     }
-    if backend == Backend::Wgpu && !resuming {
+    if backend == BackendKind::Wgpu && !resuming {
         eprintln!("wgpu: the first step compiles and tunes its kernels (seconds to a minute)");
     }
 }
@@ -514,7 +514,7 @@ fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
             );
         }
         check_fits(&config, &dataset)?;
-        config.train.backend.parse::<Backend>()?.device()?;
+        config.train.backend.parse::<BackendKind>()?.device()?;
         // The run must work from any folder: it records where its text is, absolutely.
         if let Some(path) = &config.data.path {
             config.data.path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));

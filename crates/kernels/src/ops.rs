@@ -20,8 +20,8 @@ use burn::backend::{Backend, Flex, NdArray, TensorMetadata, backend_extension};
 use burn::tensor::{Bytes, DType, Shape, TensorData};
 
 use crate::adamw::AdamWStep;
-use crate::cpu::{self, Dims, HeadLayout};
-use crate::pointwise;
+use crate::flash::{self, Dims, HeadLayout};
+use crate::{gelu, layer_norm, linear};
 
 /// headlab's ops, each one node of Burn's graph with a hand-written backward. Listed
 /// backends only: the wrappers in the crate root check [`crate::runs_on`] first.
@@ -351,7 +351,7 @@ impl<B: HostAccess> Backward<B, 3> for FlashBackward {
         let [node_q, node_k, node_v] = ops.parents.map(|n| n.map(|n| n.id));
         let d_out = B::to_host(grads.consume::<B>(&ops.node));
         let s = ops.state;
-        let (dq, dk, dv) = cpu::backward(
+        let (dq, dk, dv) = flash::backward(
             s.q.as_slice(),
             s.k.as_slice(),
             s.v.as_slice(),
@@ -391,13 +391,13 @@ fn attention_forward<B: HostAccess>(
         t_k,
         d_k,
     };
-    let scale = if crate::switch::mutated(crate::Mutation::AttentionScale) {
+    let scale = if crate::toggle::mutated(crate::Mutation::AttentionScale) {
         1.0 / d_k as f32
     } else {
         1.0 / (d_k as f32).sqrt()
     };
     let (q, k, v) = (B::to_host(q), B::to_host(k), B::to_host(v));
-    let (out, lse) = cpu::forward(
+    let (out, lse) = flash::forward(
         q.as_slice(),
         k.as_slice(),
         v.as_slice(),
@@ -446,7 +446,7 @@ impl<B: HostAccess> Backward<B, 1> for GeluBackward {
         let [node_x] = ops.parents.map(|n| n.map(|n| n.id));
         let d_y = B::to_host(grads.consume::<B>(&ops.node));
         let s = ops.state;
-        let dx = || pointwise::gelu_backward(&s.derivative, d_y.as_slice());
+        let dx = || gelu::gelu_backward(&s.derivative, d_y.as_slice());
         register::<B>(grads, node_x, dx, &s.shape, &s.device);
     }
 }
@@ -454,7 +454,7 @@ impl<B: HostAccess> Backward<B, 1> for GeluBackward {
 fn gelu_forward<B: HostAccess>(x: FloatTensor<B>) -> FloatTensor<B> {
     let (shape, device) = (x.shape(), x.device());
     let x = B::to_host(x);
-    B::from_host(pointwise::gelu(x.as_slice()), shape, &device)
+    B::from_host(gelu::gelu(x.as_slice()), shape, &device)
 }
 
 fn gelu_forward_tracked<B: HostAccess>(
@@ -462,7 +462,7 @@ fn gelu_forward_tracked<B: HostAccess>(
 ) -> (FloatTensor<B>, GeluSaved<DeviceOf<B>>) {
     let (shape, device) = (x.shape(), x.device());
     let x = B::to_host(x);
-    let (y, derivative) = pointwise::gelu_with_derivative(x.as_slice());
+    let (y, derivative) = gelu::gelu_with_derivative(x.as_slice());
     let y = B::from_host(y, shape.clone(), &device);
     let saved = GeluSaved {
         derivative,
@@ -497,7 +497,7 @@ impl<B: HostAccess> Backward<B, 3> for LayerNormBackward {
         let d_y = B::to_host(grads.consume::<B>(&ops.node));
         let s = ops.state;
         let (dx, dgamma, dbeta) =
-            pointwise::layer_norm_backward(d_y.as_slice(), &s.x_hat, &s.rstd, s.gamma.as_slice());
+            layer_norm::layer_norm_backward(d_y.as_slice(), &s.x_hat, &s.rstd, s.gamma.as_slice());
         register::<B>(grads, node_x, || dx, &s.shape, &s.device);
         register::<B>(grads, node_gamma, || dgamma, &s.param_shape, &s.device);
         register::<B>(grads, node_beta, || dbeta, &s.param_shape, &s.device);
@@ -512,7 +512,7 @@ fn layer_norm_forward<B: HostAccess>(
 ) -> (FloatTensor<B>, LayerNormSaved<DeviceOf<B>>) {
     let (shape, param_shape, device) = (x.shape(), gamma.shape(), x.device());
     let (x, gamma, beta) = (B::to_host(x), B::to_host(gamma), B::to_host(beta));
-    let (y, x_hat, rstd) = pointwise::layer_norm(
+    let (y, x_hat, rstd) = layer_norm::layer_norm(
         x.as_slice(),
         gamma.as_slice(),
         beta.as_slice(),
@@ -560,11 +560,11 @@ impl<B: HostAccess, const N: usize> Backward<B, N> for LinearBackward {
         let s = ops.state;
         let [d_in, d_out] = s.weight_shape.dims();
         let (x, w, d_y) = (s.x.as_slice(), s.weight.as_slice(), d_y.as_slice());
-        let dx = || pointwise::linear_x_backward(d_y, w, d_in, d_out);
+        let dx = || linear::linear_x_backward(d_y, w, d_in, d_out);
         register::<B>(grads, node_x, dx, &s.x_shape, &s.device);
-        let dw = || pointwise::linear_weight_backward(x, d_y, d_in, d_out);
+        let dw = || linear::linear_weight_backward(x, d_y, d_in, d_out);
         register::<B>(grads, node_w, dw, &s.weight_shape, &s.device);
-        let db = || pointwise::column_sums(d_y, d_out);
+        let db = || linear::column_sums(d_y, d_out);
         register::<B>(grads, node_b, db, &Shape::new([d_out]), &s.device);
     }
 }
@@ -578,7 +578,7 @@ fn linear_forward<B: HostAccess>(
     let [d_in, d_out] = weight_shape.dims();
     let (x, weight) = (B::to_host(x), B::to_host(weight));
     let bias = bias.map(B::to_host);
-    let y = pointwise::linear(
+    let y = linear::linear(
         x.as_slice(),
         weight.as_slice(),
         bias.as_ref().map(HostData::as_slice),

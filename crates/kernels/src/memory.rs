@@ -1,4 +1,6 @@
-//! How the binaries' allocator (mimalloc) treats freed memory during training.
+//! The process's memory: how the binaries' allocator (mimalloc) treats freed memory during
+//! training ([`KeepFreedPages`]), and the peak resident memory a backend or a benchmark used
+//! ([`reset_peak_rss`], [`peak_rss`]).
 //!
 //! mimalloc hands the pages of freed blocks back to the OS ("purging") and the next step
 //! faults them in again, zeroed by the kernel (the profile: bench/NOTES.md). A training loop
@@ -64,6 +66,27 @@ impl Drop for KeepFreedPages {
             set_purge_delay(guards.1);
         }
     }
+}
+
+// Peak resident memory (Linux `/proc/self`). `None` where `/proc` does not have it.
+
+fn status_mib(field: &str) -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
+
+/// Resets the peak (`VmHWM`) to the current RSS and returns that RSS in MiB.
+pub fn reset_peak_rss() -> Option<f64> {
+    // "5" to clear_refs resets the peak RSS (Linux >= 4.0).
+    std::fs::write("/proc/self/clear_refs", "5").ok()?;
+    status_mib("VmRSS:")
+}
+
+/// Peak RSS in MiB since the last [`reset_peak_rss`] (or since the start).
+pub fn peak_rss() -> Option<f64> {
+    status_mib("VmHWM:")
 }
 
 #[cfg(test)]
@@ -133,5 +156,21 @@ mod tests {
             stdout.contains("1 passed"),
             "the child did not run {name}:\n{stdout}"
         );
+    }
+
+    /// Other tests in this process may reset the peak at any time, so only what holds
+    /// regardless: a live 64 MiB buffer is in the RSS, the peak is at least the RSS, and
+    /// both are in MiB (KiB would put them above 64 GiB).
+    #[test]
+    fn a_live_buffer_shows_in_the_rss_and_the_peak_in_mib() {
+        let big = vec![1u8; 64 << 20];
+        std::hint::black_box(&big);
+        let (Some(rss), Some(peak)) = (reset_peak_rss(), peak_rss()) else {
+            eprintln!("skipped: no /proc/self/status here");
+            return;
+        };
+        assert!(rss >= 64.0, "{rss}");
+        assert!(peak >= rss && peak < 65536.0, "{rss} {peak}");
+        drop(big);
     }
 }
