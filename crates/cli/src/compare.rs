@@ -4,9 +4,8 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::Args;
+use headlab_compare::{compare, compare_markdown, write_compare};
 use headlab_kernels::BackendKind;
-use headlab_report::{compare_markdown, write_compare};
-use headlab_train::compare::compare;
 use headlab_train::run::RunDir;
 
 use crate::common::{fresh_run_dir, load_config};

@@ -4,7 +4,6 @@
 //! - [`plot`]: line charts; [`loss`]: `loss.png`; [`history`]: `heads.png`.
 //! - [`maps`]: the attention-map grid (`attention.png`) and the explorer page (`heads.html`).
 //! - [`heads`]: a checkpoint's head table as files and as terminal text.
-//! - [`compare`]: `headlab compare`'s files.
 //! - [`labs`]: the labs' summaries.
 //! - [`observer`]: the plots of a run, redrawn while it trains.
 //! - [`run_report`]: a run's page (`report.html`), with training time as a slider.
@@ -12,7 +11,6 @@
 //! It draws data that the other crates compute and never computes any itself; only the CLI
 //! depends on it.
 
-pub mod compare;
 pub mod heads;
 pub mod history;
 pub mod labs;
@@ -24,7 +22,6 @@ pub mod run_report;
 
 use std::path::{Path, PathBuf};
 
-pub use compare::{compare_markdown, write_compare};
 pub use heads::{to_table, write_head_report};
 pub use observer::RunPlots;
 pub use run_report::{REPORT_FILE, RunReport, report_run, write_run_report};
@@ -74,7 +71,7 @@ impl ReportError {
     }
 }
 
-/// Writes `text` to `path`.
-fn write(path: &Path, text: impl AsRef<[u8]>) -> Result<(), ReportError> {
+/// Writes `text` to `path`, naming the file when that fails.
+pub fn write(path: &Path, text: impl AsRef<[u8]>) -> Result<(), ReportError> {
     std::fs::write(path, text).map_err(|e| ReportError::write(path, e))
 }

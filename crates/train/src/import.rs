@@ -21,7 +21,7 @@ use thiserror::Error;
 use crate::config::{ConfigError, RunConfig};
 use crate::optim::AdamW;
 use crate::run::{RunDir, RunError, TrainState, TrainedOn};
-use crate::trainer::adamw_config;
+use crate::step::adamw_config;
 
 /// `config` (whose `vocab_size` is the weights' embedding rows) for a tokenizer of `tokens`:
 /// the same, or, when the embedding has more rows than the tokenizer has tokens (nanoGPT pads

@@ -10,12 +10,10 @@
 //! - [`metrics`]: the `metrics.csv` file.
 //! - [`trainer`]: the loop, with [`trainer::Observer`]s for everything it does not own
 //!   (head tracking, plots).
-//! - [`compare`]: one model on several backends, agreement and speed, as data.
 //!
 //! This crate returns data and writes only what a run needs to resume (config, tokenizer,
 //! checkpoints, metrics); it must not depend on head analysis, reports or the CLI.
 
-pub mod compare;
 pub mod config;
 pub mod eval;
 pub mod grammar;
@@ -28,7 +26,6 @@ pub mod run;
 pub mod schedule;
 pub mod step;
 pub mod trainer;
-pub mod truth;
 
 pub use config::RunConfig;
 pub use run::RunDir;

@@ -18,6 +18,19 @@ pub fn lr_at(it: usize, lr: f64, min_lr: f64, warmup: usize, decay_iters: usize)
     min_lr + coeff * (lr - min_lr)
 }
 
+impl crate::config::TrainConfig {
+    /// The learning rate of step `it` under this `[train]` section's schedule.
+    pub fn lr_at(&self, it: usize) -> f64 {
+        lr_at(
+            it,
+            self.lr,
+            self.min_lr,
+            self.warmup_iters,
+            self.decay_iters(),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::lr_at;

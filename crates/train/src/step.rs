@@ -1,7 +1,8 @@
 //! One optimizer step, as `headlab train` takes it and `headlab compare` repeats it on each
-//! backend: `grad_accum` micro-batches drawn for step `it`, each loss scaled by
-//! `1 / grad_accum`, gradients accumulated, the global norm clipped to `train.grad_clip`,
-//! then one AdamW update.
+//! backend and in f64: the learning rate of step `it`, `grad_accum` micro-batches drawn for
+//! it, each loss scaled by `1 / grad_accum`, gradients accumulated, the global norm clipped to
+//! `train.grad_clip`, then one AdamW update. [`take_step`] is the one place those follow each
+//! other.
 
 use std::time::Instant;
 
@@ -15,7 +16,7 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 
 use crate::config::TrainConfig;
-use crate::optim::{AdamW, global_grad_norm};
+use crate::optim::{AdamW, AdamWConfig, global_grad_norm};
 
 /// The gradients of step `it`, before clipping.
 #[derive(Debug)]
@@ -91,6 +92,61 @@ pub fn gradients(
         backward_s,
         norm_s: start.elapsed().as_secs_f64(),
     })
+}
+
+/// AdamW as `[train]` sets it.
+pub fn adamw_config(train: &TrainConfig) -> AdamWConfig {
+    AdamWConfig {
+        beta1: train.beta1,
+        beta2: train.beta2,
+        eps: 1e-8,
+        weight_decay: train.weight_decay,
+    }
+}
+
+/// What step `it` did, besides the model it returned.
+#[derive(Debug)]
+pub struct Step {
+    /// Its gradients (before clipping), loss and timings.
+    pub gradients: StepGradients,
+    /// Its learning rate.
+    pub lr: f64,
+    /// Seconds in the update (after a device sync when timings were asked to be synced).
+    pub update_s: f64,
+}
+
+/// Step `it` of a run: the learning rate the schedule gives it, the gradients of its
+/// micro-batches ([`gradients`]), then the clipped AdamW update ([`update`]). `inspect` sees
+/// the model, its gradients and the rate before they are applied and may stop the step (the loop's
+/// divergence check); with `sync`, timings wait for the device.
+pub fn take_step<E: From<DataError>>(
+    model: Gpt,
+    optim: &mut AdamW,
+    data: &Dataset,
+    train: &TrainConfig,
+    it: usize,
+    device: &Device,
+    sync: bool,
+    inspect: impl FnOnce(&Gpt, &StepGradients, f64) -> Result<(), E>,
+) -> Result<(Gpt, Step), E> {
+    let lr = train.lr_at(it);
+    let gradients = gradients(&model, data, train, it, device, sync)?;
+    inspect(&model, &gradients, lr)?;
+    let start = Instant::now();
+    let model = update(model, optim, &gradients, lr, train.grad_clip);
+    if sync {
+        // As in `gradients`: a failed sync shows up at the next read of the device.
+        let _ = device.sync();
+    }
+    let update_s = start.elapsed().as_secs_f64();
+    Ok((
+        model,
+        Step {
+            gradients,
+            lr,
+            update_s,
+        },
+    ))
 }
 
 /// Clips the gradients' global norm to `grad_clip` (0: no clipping) and takes one AdamW step

@@ -22,10 +22,9 @@ use crate::config::{ConfigError, RunConfig, TrainConfig, ValidationError};
 use crate::eval::estimate_loss;
 use crate::grammar::{Grammaticality, grammaticality, is_grammar_run, percent};
 use crate::metrics::{Metric, Metrics};
-use crate::optim::{AdamW, AdamWConfig};
+use crate::optim::AdamW;
 use crate::run::{RunDir, RunError, TrainState, TrainedOn};
-use crate::schedule::lr_at;
-use crate::step::{gradients, update};
+use crate::step::take_step;
 use headlab_kernels::memory::KeepFreedPages;
 use headlab_kernels::{BackendError, BackendKind};
 
@@ -197,16 +196,6 @@ fn progress_bar(total: usize, start: usize) -> ProgressBar {
     bar
 }
 
-/// AdamW as `[train]` sets it.
-pub fn adamw_config(train: &TrainConfig) -> AdamWConfig {
-    AdamWConfig {
-        beta1: train.beta1,
-        beta2: train.beta2,
-        eps: 1e-8,
-        weight_decay: train.weight_decay,
-    }
-}
-
 /// What observers learn when the loop starts: the resolved run, before its first step.
 #[derive(Debug)]
 pub struct RunStart<'a> {
@@ -347,7 +336,7 @@ fn train_resolved(
     };
     let mut it = lp.state.step;
     loop {
-        let lr = lr_at(it, tc.lr, tc.min_lr, tc.warmup_iters, tc.decay_iters());
+        let lr = tc.lr_at(it);
         let at_eval = it.is_multiple_of(tc.eval_interval.max(1)) || it == tc.max_iters;
         if lp.resumed_at != Some(it) {
             if at_eval {
@@ -363,7 +352,7 @@ fn train_resolved(
             break;
         }
         lp.stop_if_interrupted(&model, it)?;
-        model = lp.step(model, it, lr)?;
+        model = lp.step(model, it)?;
         it += 1;
     }
     lp.bar.finish_and_clear();
@@ -393,7 +382,7 @@ fn train_resolved(
 /// so extending a run stretches its cosine: say so when that moves the rate at the step the
 /// run resumes from.
 fn warn_if_schedule_moves(saved: &TrainConfig, now: &TrainConfig, step: usize) {
-    let lr = |t: &TrainConfig| lr_at(step, t.lr, t.min_lr, t.warmup_iters, t.decay_iters());
+    let lr = |t: &TrainConfig| t.lr_at(step);
     let (before, after) = (lr(saved), lr(now));
     if (after - before).abs() > 1e-3 * before.abs() {
         eprintln!(
@@ -611,7 +600,7 @@ fn starting_point(
 ) -> Result<(Gpt, AdamW, TrainState), TrainError> {
     if resuming {
         let (model, state) = run.load_model("last", gpt, device)?;
-        let optim = run.load_optim("last", adamw_config(tc), device)?;
+        let optim = run.load_optim("last", crate::step::adamw_config(tc), device)?;
         return Ok((model, optim, state));
     }
     device.seed(tc.seed);
@@ -621,7 +610,7 @@ fn starting_point(
         best_val_loss: None,
         elapsed_s: 0.0,
     };
-    Ok((model, AdamW::new(adamw_config(tc)), state))
+    Ok((model, AdamW::new(crate::step::adamw_config(tc)), state))
 }
 
 /// What the training loop carries from step to step, besides the model.
@@ -674,7 +663,14 @@ impl Loop<'_> {
             &self.eval_device,
         )?;
         // A diverged model is never saved over the last good checkpoint.
-        self.ensure_finite(&[("train loss", tr), ("val loss", va)], it, lr)?;
+        ensure_finite(
+            &self.bar,
+            self.run,
+            self.state.step,
+            &[("train loss", tr), ("val loss", va)],
+            it,
+            lr,
+        )?;
         self.last_losses = (tr, va);
         self.grammar = grammaticality(&valid, data.tokenizer(), self.grammar_sentences, tc.seed);
         let elapsed = self.started.elapsed().as_secs_f64();
@@ -739,12 +735,24 @@ impl Loop<'_> {
         })
     }
 
-    /// Step `it`: gradients, a divergence check, the update, the log line.
-    fn step(&mut self, model: Gpt, it: usize, lr: f64) -> Result<Gpt, TrainError> {
+    /// Step `it`: the step with a divergence check before its update, then the log line.
+    fn step(&mut self, model: Gpt, it: usize) -> Result<Gpt, TrainError> {
         let tc = self.train;
-        let step = gradients(&model, self.dataset, tc, it, &self.device, false)?;
-        self.ensure_finite(&[("loss", step.loss), ("gradient norm", step.norm)], it, lr)?;
-        let model = update(model, &mut self.optim, &step, lr, tc.grad_clip);
+        let (bar, run, saved) = (&self.bar, self.run, self.state.step);
+        let (model, step) = take_step(
+            model,
+            &mut self.optim,
+            self.dataset,
+            tc,
+            it,
+            &self.device,
+            false,
+            |_, g, lr| {
+                let values = [("loss", g.loss), ("gradient norm", g.norm)];
+                ensure_finite(bar, run, saved, &values, it, lr)
+            },
+        )?;
+        let (lr, step) = (step.lr, step.gradients);
         let tokens = (tc.batch_size * model.config.block_size * tc.grad_accum) as f64;
         self.window.1 += 1;
         let seconds = self.window.0.elapsed().as_secs_f64().max(1e-9);
@@ -769,30 +777,29 @@ impl Loop<'_> {
         ));
         Ok(model)
     }
+}
 
-    /// Stops a run whose loss or gradient went non-finite, naming the last good checkpoint.
-    fn ensure_finite(
-        &self,
-        values: &[(&'static str, f64)],
-        step: usize,
-        lr: f64,
-    ) -> Result<(), TrainError> {
-        let Some(&(what, value)) = values.iter().find(|(_, v)| !v.is_finite()) else {
-            return Ok(());
-        };
-        self.bar.abandon();
-        Err(TrainError::Diverged {
-            step,
-            what,
-            value,
-            lr,
-            checkpoint: format!(
-                "{} (step {})",
-                self.run.checkpoint("last").display(),
-                self.state.step
-            ),
-        })
-    }
+/// Stops a run whose loss or gradient went non-finite at step `step`: the first non-finite of
+/// `values` as an error that names the last good checkpoint (`last`, at step `saved`).
+fn ensure_finite(
+    bar: &ProgressBar,
+    run: &RunDir,
+    saved: usize,
+    values: &[(&'static str, f64)],
+    step: usize,
+    lr: f64,
+) -> Result<(), TrainError> {
+    let Some(&(what, value)) = values.iter().find(|(_, v)| !v.is_finite()) else {
+        return Ok(());
+    };
+    bar.abandon();
+    Err(TrainError::Diverged {
+        step,
+        what,
+        value,
+        lr,
+        checkpoint: format!("{} (step {saved})", run.checkpoint("last").display()),
+    })
 }
 
 /// Generates `n` tokens after a newline (or the first val token when the vocabulary has no

@@ -5,7 +5,7 @@
 //! An f32 operation rounds its result with a relative error of at most `u = 2^-24`. A
 //! reduction of length `K` (a dot product, a row sum) collects one rounding per term. The
 //! worst case, every rounding pointing the same way, gives `K u` (the bound of the old
-//! tolerance, [`crate::compare::Tolerance`]). Modelled instead as independent, zero-mean
+//! tolerance, [`crate::Tolerance`]). Modelled instead as independent, zero-mean
 //! errors, which is what real summation orders produce, they grow like `sqrt(K) u` relative
 //! to the size of the result. Reductions chained one after another add in quadrature, so a
 //! value at the end of a chain of reductions of lengths `K_1 .. K_n` has a relative error of
@@ -34,10 +34,11 @@ use headlab_data::{Dataset, ids_tensor};
 use headlab_model::{ForwardOptions, Gpt, GptConfig};
 use serde::Serialize;
 
-use crate::config::RunConfig;
-use crate::optim::AdamW;
-use crate::schedule::lr_at;
-use crate::step::{gradients, step_batches, update};
+use headlab_train::config::RunConfig;
+use headlab_train::optim::AdamW;
+use headlab_train::step::{adamw_config, step_batches, take_step};
+
+use crate::StepsError;
 
 /// The f32 unit roundoff.
 pub const UNIT_ROUNDOFF: f64 = 1.0 / (1u64 << 24) as f64;
@@ -55,7 +56,7 @@ pub const BEST_RATIO: f64 = 10.0;
 /// What one backend computed on its first step, widened to f64: the values checked against
 /// the truth.
 #[derive(Debug, Clone, Default)]
-pub struct Probe {
+pub struct Measured {
     /// The embedding, every sublayer and the logits on step 0's first micro-batch, named.
     pub forward: Vec<(String, Vec<f64>)>,
     /// Step 0's gradient of every parameter, by its path (`blocks.0.mlp.c_fc.weight`).
@@ -210,13 +211,18 @@ fn relative_error_floored(a: &[f64], t: &[f64], floor: f64) -> f64 {
     }
 }
 
-/// Sets a backend's probe against the truth: the forward values in order, the losses, then
+/// Sets a backend's measured against the truth: the forward values in order, the losses, then
 /// the gradients' worst parameter.
-pub fn checks(probe: &Probe, truth: &Probe, config: &GptConfig, tokens: usize) -> Vec<Check> {
+pub fn checks(
+    measured: &Measured,
+    truth: &Measured,
+    config: &GptConfig,
+    tokens: usize,
+) -> Vec<Check> {
     let chain = Chain::new(config, tokens, &truth.max_scores);
     let lengths = chain.forward();
     let mut out = Vec::new();
-    for ((name, t), (_, a)) in truth.forward.iter().zip(&probe.forward) {
+    for ((name, t), (_, a)) in truth.forward.iter().zip(&measured.forward) {
         let k = lengths
             .iter()
             .find(|(n, _)| n == name)
@@ -230,8 +236,8 @@ pub fn checks(probe: &Probe, truth: &Probe, config: &GptConfig, tokens: usize) -
         });
     }
     // A run of one step has no loss at step 1 to check.
-    for (step, t) in truth.losses.iter().enumerate().take(probe.losses.len()) {
-        let a = probe.losses[step];
+    for (step, t) in truth.losses.iter().enumerate().take(measured.losses.len()) {
+        let a = measured.losses[step];
         out.push(Check {
             name: format!("loss (step {step})"),
             detail: None,
@@ -256,7 +262,11 @@ pub fn checks(probe: &Probe, truth: &Probe, config: &GptConfig, tokens: usize) -
         .grads
         .iter()
         .map(|(name, t)| {
-            let a = probe.grads.iter().find(|(n, _)| n == name).map(|(_, a)| a);
+            let a = measured
+                .grads
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, a)| a);
             let error = a.map_or(f64::NAN, |a| relative_error_floored(a, t, floor));
             (name, error, bound(t.len(), k))
         })
@@ -277,7 +287,7 @@ pub fn checks(probe: &Probe, truth: &Probe, config: &GptConfig, tokens: usize) -
     out
 }
 
-/// The forward values of the probe (embedding, sublayers and logits on `tokens`, named) and
+/// The forward values of the measured (embedding, sublayers and logits on `tokens`, named) and
 /// each layer's largest attention score.
 pub fn forward_values(
     model: &Gpt,
@@ -350,27 +360,36 @@ pub fn f64_truth(
     data: &Dataset,
     init: &Path,
     steps: usize,
-) -> Result<Probe, String> {
+) -> Result<Measured, StepsError> {
     let tc = &config.train;
     let device = Device::flex().autodiff();
-    let model = Gpt::new(gpt, &device).map_err(|e| e.to_string())?;
-    let model = model.load_weights(init).map_err(|e| e.to_string())?;
-    let model = model.cast(FloatDType::F64);
+    let model = Gpt::new(gpt, &device)?.load_weights(init)?;
+    let mut model = model.cast(FloatDType::F64);
     let inner = device.clone().inner();
-    let batches = step_batches(data, tc, gpt.block_size, 0).map_err(|e| e.to_string())?;
+    let batches = step_batches(data, tc, gpt.block_size, 0)?;
     let (forward, max_scores) = forward_values(&model, &batches[0].0, tc.batch_size, &inner);
-    let step0 = gradients(&model, data, tc, 0, &device, false).map_err(|e| e.to_string())?;
-    let grads = gradient_values(&model, &step0.grads);
-    let mut optim = AdamW::new(crate::trainer::adamw_config(tc));
-    let (mut model, mut step, mut losses) = (model, step0, Vec::new());
-    for it in 1..steps.min(TRUTH_STEPS) {
-        losses.push(step.loss);
-        let lr = lr_at(it - 1, tc.lr, tc.min_lr, tc.warmup_iters, tc.decay_iters());
-        model = update(model, &mut optim, &step, lr, tc.grad_clip);
-        step = gradients(&model, data, tc, it, &device, false).map_err(|e| e.to_string())?;
+    let mut optim = AdamW::new(adamw_config(tc));
+    let (mut grads, mut losses) = (Vec::new(), Vec::new());
+    for it in 0..steps.min(TRUTH_STEPS) {
+        let (next, step) = take_step(
+            model,
+            &mut optim,
+            data,
+            tc,
+            it,
+            &device,
+            false,
+            |m, g, _| {
+                if it == 0 {
+                    grads = gradient_values(m, &g.grads);
+                }
+                Ok::<_, StepsError>(())
+            },
+        )?;
+        model = next;
+        losses.push(step.gradients.loss);
     }
-    losses.push(step.loss);
-    Ok(Probe {
+    Ok(Measured {
         forward,
         grads,
         losses,

@@ -3,7 +3,7 @@
 //!
 //! The weights are created once (on flex, from the run's seed), written to `init.safetensors`
 //! and loaded on every backend, so all start from the same bits. The same model then runs once
-//! in f64 on flex with Burn's ops ([`crate::truth`]): the embedding, every sublayer's output and
+//! in f64 on flex with Burn's ops ([`truth`]): the embedding, every sublayer's output and
 //! the logits on step 0's first micro-batch, step 0's loss and gradients, and the losses of
 //! steps 1 and 2 after one and two updates. Each backend takes the same `steps` training steps on the same batches
 //! (those `headlab train` would draw) and its first step is set against that truth, value by
@@ -29,19 +29,24 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::tensor::Device;
+use burn::tensor::ExecutionError;
 use headlab_data::{DataError, Dataset, Tokenizer, load_text};
 use headlab_model::{Gpt, GptConfig, GptConfigError, WeightsError};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::config::{RunConfig, ValidationError};
-use crate::optim::AdamW;
-use crate::schedule::lr_at;
-use crate::step::{gradients, step_batches, update};
-pub use crate::truth::{BEST_RATIO, Check, SAFETY, UNIT_ROUNDOFF, worst_ratio};
-use crate::truth::{Probe, TRUTH_STEPS, checks, f64_truth, forward_values, gradient_values};
 use headlab_kernels::memory;
 use headlab_kernels::{BackendError, BackendKind};
+use headlab_train::config::{RunConfig, ValidationError};
+use headlab_train::optim::AdamW;
+use headlab_train::step::{adamw_config, step_batches, take_step};
+
+pub mod report;
+pub mod truth;
+
+pub use report::{compare_markdown, write_compare};
+pub use truth::{BEST_RATIO, Check, SAFETY, UNIT_ROUNDOFF, worst_ratio};
+use truth::{Measured, TRUTH_STEPS, checks, f64_truth, forward_values, gradient_values};
 
 /// Why a comparison could not run.
 #[derive(Debug, Error)]
@@ -73,12 +78,12 @@ pub enum CompareError {
         source: std::io::Error,
     },
     /// A backend failed while running.
-    #[error("running on {backend}: {message}")]
+    #[error("running on {backend}: {source}")]
     Run {
         /// The backend.
         backend: String,
         /// What went wrong.
-        message: String,
+        source: StepsError,
     },
     /// No backend could run.
     #[error("none of the backends ({0}) is available")]
@@ -92,7 +97,24 @@ pub enum CompareError {
     InitMissing(PathBuf),
     /// The f64 ground truth could not be computed.
     #[error("computing the f64 ground truth: {0}")]
-    Truth(String),
+    Truth(#[source] StepsError),
+}
+
+/// Why the model's steps could not run on a device (a backend's or the f64 truth's).
+#[derive(Debug, Error)]
+pub enum StepsError {
+    /// The model config.
+    #[error(transparent)]
+    Model(#[from] GptConfigError),
+    /// Loading the shared initialisation.
+    #[error(transparent)]
+    Weights(#[from] WeightsError),
+    /// Drawing the batches.
+    #[error(transparent)]
+    Data(#[from] DataError),
+    /// The device failed while it ran the steps.
+    #[error("the device failed: {0:?}")]
+    Device(ExecutionError),
 }
 
 /// The worst-case tolerances of the module docs for a model config.
@@ -237,7 +259,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 /// What one backend measured.
 struct Run {
     adapter: Option<String>,
-    probe: Probe,
+    measured: Measured,
     logits: Vec<f64>,
     losses: Vec<f64>,
     phases: Vec<[f64; 3]>,
@@ -253,55 +275,56 @@ fn run_backend(
     init: &Path,
     device: Device,
     steps: usize,
-) -> Result<Run, String> {
+) -> Result<Run, StepsError> {
     let tc = &config.train;
     let rss_before = memory::reset_peak_rss();
     let device = device.autodiff();
-    let model = Gpt::new(gpt, &device).map_err(|e| e.to_string())?;
-    let mut model = model.load_weights(init).map_err(|e| e.to_string())?;
+    let mut model = Gpt::new(gpt, &device)?.load_weights(init)?;
 
     // Step 0's forward values on its first micro-batch, without autodiff.
-    let batches = step_batches(data, tc, gpt.block_size, 0).map_err(|e| e.to_string())?;
+    let batches = step_batches(data, tc, gpt.block_size, 0)?;
     let inner = device.clone().inner();
     let (forward, max_scores) = forward_values(&model, &batches[0].0, tc.batch_size, &inner);
-    let mut probe = Probe {
+    let mut measured = Measured {
         forward,
         max_scores,
-        ..Probe::default()
+        ..Measured::default()
     };
-    let logits = probe
+    let logits = measured
         .forward
         .last()
         .map(|(_, l)| l.clone())
         .unwrap_or_default();
 
-    let mut optim = AdamW::new(crate::trainer::adamw_config(tc));
+    let mut optim = AdamW::new(adamw_config(tc));
     let (mut losses, mut phases) = (Vec::new(), Vec::new());
     let mut device_reserved: Option<u64> = None;
     for it in 0..steps {
-        let lr = lr_at(it, tc.lr, tc.min_lr, tc.warmup_iters, tc.decay_iters());
-        let step = gradients(&model, data, tc, it, &device, true).map_err(|e| e.to_string())?;
-        if it == 0 {
-            probe.grads = gradient_values(&model, &step.grads);
-        }
-        let start = Instant::now();
-        model = update(model, &mut optim, &step, lr, tc.grad_clip);
-        device.sync().map_err(|e| format!("{e:?}"))?;
-        let optimizer = step.norm_s + start.elapsed().as_secs_f64();
+        let (next, step) = take_step(model, &mut optim, data, tc, it, &device, true, |m, g, _| {
+            if it == 0 {
+                measured.grads = gradient_values(m, &g.grads);
+            }
+            Ok::<_, StepsError>(())
+        })?;
+        model = next;
+        // A device that failed while the step ran says so here.
+        device.sync().map_err(StepsError::Device)?;
         if let Some(usage) = device.memory_pool_usage() {
             device_reserved = Some(device_reserved.unwrap_or(0).max(usage.bytes_reserved));
         }
-        losses.push(step.loss);
-        phases.push([step.forward_s * 1e3, step.backward_s * 1e3, optimizer * 1e3]);
+        let g = &step.gradients;
+        losses.push(g.loss);
+        let optimizer = g.norm_s + step.update_s;
+        phases.push([g.forward_s * 1e3, g.backward_s * 1e3, optimizer * 1e3]);
     }
     let peak_rss_mib = match (rss_before, memory::peak_rss()) {
         (Some(before), Some(peak)) => Some((peak - before).max(0.0)),
         _ => None,
     };
-    probe.losses = losses.iter().take(TRUTH_STEPS).copied().collect();
+    measured.losses = losses.iter().take(TRUTH_STEPS).copied().collect();
     Ok(Run {
         adapter: device.identity().map(|i| i.name),
-        probe,
+        measured,
         logits,
         losses,
         phases,
@@ -317,7 +340,7 @@ pub struct Candidate {
     /// As the user named it.
     pub name: String,
     /// The device, or why it is not available.
-    pub device: Result<Device, String>,
+    pub device: Result<Device, BackendError>,
     /// Whether headlab's kernels run (off for `flex-burn`).
     pub kernels: bool,
 }
@@ -327,7 +350,7 @@ impl Candidate {
     pub fn of(backend: BackendKind) -> Self {
         Self {
             name: backend.to_string(),
-            device: backend.device().map_err(|e| e.to_string()),
+            device: backend.device(),
             kernels: backend.kernels(),
         }
     }
@@ -436,7 +459,7 @@ pub fn compare_on(
             Ok(device) => device,
             Err(reason) => {
                 eprintln!("compare: {name} is not available: {reason}");
-                runs.push((name, Err(reason)));
+                runs.push((name, Err(reason.to_string())));
                 continue;
             }
         };
@@ -444,9 +467,9 @@ pub fn compare_on(
         let run = headlab_kernels::with_kernels(kernels, || {
             run_backend(&config, &gpt, &data, &init, device, steps)
         })
-        .map_err(|message| CompareError::Run {
+        .map_err(|source| CompareError::Run {
             backend: name.clone(),
-            message,
+            source,
         })?;
         runs.push((name, Ok(run)));
     }
@@ -458,7 +481,7 @@ pub fn compare_on(
         .map(|(_, run)| {
             run.as_ref()
                 .ok()
-                .map(|run| checks(&run.probe, &truth, &gpt, tokens))
+                .map(|run| checks(&run.measured, &truth, &gpt, tokens))
         })
         .collect();
     let ratios: Vec<(usize, f64)> = (0..runs.len())
@@ -681,7 +704,7 @@ mod tests {
     fn run(logits: Vec<f64>, losses: Vec<f64>) -> Run {
         Run {
             adapter: None,
-            probe: Probe::default(),
+            measured: Measured::default(),
             logits,
             losses,
             phases: Vec::new(),
@@ -727,14 +750,18 @@ mod tests {
             config.apply_set(set).unwrap();
         }
         let out = tempfile::tempdir().unwrap();
-        let candidate = |name: &str, device: Result<Device, String>, kernels| Candidate {
+        let candidate = |name: &str, device: Result<Device, BackendError>, kernels| Candidate {
             name: name.to_string(),
             device,
             kernels,
         };
         #[allow(deprecated)]
         let devices = vec![
-            candidate("wgpu", Err("no adapter here".to_string()), true),
+            candidate(
+                "wgpu",
+                Err(BackendError::NoAdapter("no adapter here".into())),
+                true,
+            ),
             candidate("flex", Ok(Device::flex()), true),
             candidate("flex-burn", Ok(Device::flex()), false),
             candidate("ndarray", Ok(Device::ndarray()), true),
@@ -742,7 +769,11 @@ mod tests {
         let report = compare_on(config, devices, 3, out.path(), None, None).unwrap();
         assert_eq!(report.reference, "flex");
         let wgpu = &report.backends[0];
-        assert!(!wgpu.available && wgpu.reason.as_deref() == Some("no adapter here"));
+        let reason = wgpu.reason.as_deref().unwrap_or_default();
+        assert!(
+            !wgpu.available && reason.contains("no adapter here"),
+            "{reason}"
+        );
         assert!(
             report.backends[1..]
                 .iter()

@@ -3,17 +3,17 @@
 
 use std::path::Path;
 
-use headlab_train::compare::{CompareReport, UNIT_ROUNDOFF, worst_ratio};
+use headlab_report::plot::{Series, line_chart};
+use headlab_report::{ReportError, write};
 
-use crate::ReportError;
-use crate::plot::{Series, line_chart};
+use crate::{CompareReport, UNIT_ROUNDOFF, worst_ratio};
 
 /// Writes `compare.json`, `compare.md`, `compare.png` (losses) and `compare-gap.png` (their
 /// gaps to the reference against the tolerance) into `out`.
 pub fn write_compare(report: &CompareReport, out: &Path) -> Result<(), ReportError> {
     let json = serde_json::to_string_pretty(report).expect("the report serialises");
-    crate::write(&out.join("compare.json"), json + "\n")?;
-    crate::write(&out.join("compare.md"), compare_markdown(report))?;
+    write(&out.join("compare.json"), json + "\n")?;
+    write(&out.join("compare.md"), compare_markdown(report))?;
     let series: Vec<Series> = report
         .backends
         .iter()
