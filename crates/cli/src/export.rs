@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use headlab_train::hf::export_gpt2;
+use headlab_interop::export_gpt2;
 use headlab_train::run::open_trained;
 
 /// `headlab export`.

@@ -4,10 +4,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
+use headlab_interop::{Imported, read_gpt2_folder, read_nanogpt};
 use headlab_kernels::BackendKind;
-use headlab_train::hf::read_gpt2_folder;
-use headlab_train::import::Imported;
-use headlab_train::nanogpt::read_nanogpt;
 
 use crate::common::fresh_run_dir;
 

@@ -1,11 +1,12 @@
 //! Training: the run config, run directories and checkpoints, one optimizer step, the loop,
-//! held-out evaluation, and the same steps on several backends side by side.
+//! held-out evaluation.
 //!
 //! - [`config`]: the TOML run config ([`RunConfig`]: `[model]`, `[train]`, `[data]`) and
 //!   `--set` overrides.
 //! - [`run`]: run directories, checkpoints with manifests, Ctrl-C.
 //! - [`optim`], [`schedule`]: AdamW and the learning rate.
-//! - [`step`]: one optimizer step (micro-batches, clipping, AdamW).
+//! - [`step`]: one optimizer step (its learning rate, micro-batches, clipping, AdamW), the one
+//!   that `headlab compare` and the f64 truth take too.
 //! - [`eval`]: loss on held-out text; [`grammar`]: how well a grammar run writes grammar.
 //! - [`metrics`]: the `metrics.csv` file.
 //! - [`trainer`]: the loop, with [`trainer::Observer`]s for everything it does not own
@@ -17,10 +18,7 @@
 pub mod config;
 pub mod eval;
 pub mod grammar;
-pub mod hf;
-pub mod import;
 pub mod metrics;
-pub mod nanogpt;
 pub mod optim;
 pub mod run;
 pub mod schedule;

@@ -313,6 +313,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), RunError> {
 /// The text the final model generated at the end of `headlab train`.
 pub const SAMPLE_FILE: &str = "sample.txt";
 
+/// In a run made by `headlab import`: where its weights came from (headlab-interop writes it).
+pub const IMPORT_FILE: &str = "import.json";
+
 /// What a run records of its training text, to notice when it changes: `data.json`.
 pub const DATA_FILE: &str = "data.json";
 
@@ -602,7 +605,7 @@ impl RunDir {
     /// Whether the run was made by `headlab import` (its weights came from elsewhere; until a
     /// `--resume` gives it `data.path`, it has no text).
     pub fn is_imported(&self) -> bool {
-        self.root.join(crate::import::IMPORT_FILE).is_file()
+        self.root.join(IMPORT_FILE).is_file()
     }
 
     /// Whether checkpoint `name` exists.

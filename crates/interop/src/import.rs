@@ -18,10 +18,10 @@ use headlab_data::{DataConfig, Tokenizer, TokenizerError, TokenizerKind};
 use headlab_model::{Gpt, GptConfig, GptConfigError};
 use thiserror::Error;
 
-use crate::config::{ConfigError, RunConfig};
-use crate::optim::AdamW;
-use crate::run::{RunDir, RunError, TrainState, TrainedOn};
-use crate::step::adamw_config;
+use headlab_train::config::{ConfigError, RunConfig};
+use headlab_train::optim::AdamW;
+use headlab_train::run::{IMPORT_FILE, RunDir, RunError, TrainState, TrainedOn, write_atomic};
+use headlab_train::step::adamw_config;
 
 /// `config` (whose `vocab_size` is the weights' embedding rows) for a tokenizer of `tokens`:
 /// the same, or, when the embedding has more rows than the tokenizer has tokens (nanoGPT pads
@@ -47,9 +47,6 @@ pub(crate) fn fit_vocabulary(
     config.vocab_size = tokens;
     Ok(config)
 }
-
-/// What `import.json` in an imported run says of where the weights came from.
-pub const IMPORT_FILE: &str = "import.json";
 
 /// A model that cannot be imported. Nothing is written when one is returned.
 #[derive(Debug, Error)]
@@ -396,7 +393,7 @@ impl Imported {
         let written = (|| -> Result<(), ImportError> {
             let path = run.root.join(IMPORT_FILE);
             let json = serde_json::to_string_pretty(&self.source).expect("JSON") + "\n";
-            crate::run::write_atomic(&path, json.as_bytes())?;
+            write_atomic(&path, json.as_bytes())?;
             let optim = AdamW::new(adamw_config(&config.train));
             let state = TrainState {
                 step: 0,
@@ -702,13 +699,14 @@ mod tests {
             let run = imported
                 .write_run(&back, &dir.path().join("run"), "flex")
                 .unwrap();
-            let (_, trained, _) = crate::run::open_trained(&run.root, None, "best").unwrap();
+            let (_, trained, _) =
+                headlab_train::run::open_trained(&run.root, None, "best").unwrap();
             let same = gpt2_tensors(&trained.model) == gpt2_tensors(&model);
             assert!(
                 same,
                 "bias {bias}, tied {tie}: the run's checkpoint differs"
             );
-            assert!(!run.root.join(crate::run::DATA_FILE).exists());
+            assert!(!run.root.join(headlab_train::run::DATA_FILE).exists());
         }
     }
 
