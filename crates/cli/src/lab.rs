@@ -7,30 +7,18 @@
 //! - `ambiguity`: on the `attach` corpus, where "with" and "and" look when what "with"
 //!   attaches to decides the number of the last verb.
 //!
-//! Each lab writes its runs, pictures and a `summary.md` into its output directory. The
-//! experiments are `headlab_heads::lab`'s; the summaries `headlab_report::labs`'s.
+//! Each lab writes its runs, pictures and a `summary.md` into its output directory. This
+//! module only parses the options; the experiments, summaries and files are
+//! `headlab_labs`'s, one module per lab.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
-use headlab_heads::HeadReport;
-use headlab_heads::lab;
 use headlab_kernels::BackendKind;
-use headlab_report::labs::{
-    ambiguity_summary, heads_csv, heads_png, heads_summary, induction_summary,
-};
-use headlab_report::{REPORT_FILE, report_run, write_head_report};
-use headlab_train::config::RunConfig;
+use headlab_labs::{ambiguity, head_count, induction};
 
 use crate::common::observers;
-
-/// The shipped lab configs, embedded so `headlab lab` works from any folder.
-pub const INDUCTION_CONFIG: &str = include_str!("../../../configs/lab-induction.toml");
-/// See [`INDUCTION_CONFIG`].
-pub const HEADS_CONFIG: &str = include_str!("../../../configs/lab-heads.toml");
-/// See [`INDUCTION_CONFIG`].
-pub const AMBIGUITY_CONFIG: &str = include_str!("../../../configs/lab-ambiguity.toml");
 
 /// `headlab lab <name>`: each experiment is a subcommand, so `headlab lab NAME --help` says
 /// what that one trains, how long it takes and what it writes.
@@ -170,64 +158,19 @@ pub fn run(args: LabArgs) -> Result<()> {
     let sets = common.sets()?;
     let reproduce = command_line();
     let summary = match &args.name {
-        LabName::Induction { .. } => {
-            let config = config(INDUCTION_CONFIG, "configs/lab-induction.toml", &sets)?;
-            let lab = lab::induction(config, &out, &observers)?;
-            write_head_report(&out, "headlab lab induction", &lab.report)?;
-            run_page(&out, &lab.report)?;
-            for file in ["heads.png", "loss.png", REPORT_FILE] {
-                std::fs::copy(out.join("run").join(file), out.join(file))
-                    .with_context(|| format!("copying {file}"))?;
-            }
-            induction_summary(&lab, &reproduce)
-        }
+        LabName::Induction { .. } => induction::run(&out, &sets, &reproduce, &observers)?,
         LabName::Heads { seeds, heads, .. } => {
-            let base = config(HEADS_CONFIG, "configs/lab-heads.toml", &sets)?;
-            let seeds = seeds.clone().unwrap_or_else(|| vec![1, 2, 3]);
+            let seeds = seeds.clone().unwrap_or_else(|| head_count::SEEDS.to_vec());
             let counts = heads
                 .clone()
-                .unwrap_or_else(|| vec![1, 2, 4, 8, 16, 32, 64]);
-            let lab = lab::heads(base, seeds, &counts, &out, &observers)?;
-            for c in &lab.counts {
-                for seed in &lab.seeds {
-                    let run = out.join(format!("h{}-s{seed}", c.n_heads));
-                    report_run(&run)?;
-                }
-            }
-            std::fs::write(out.join("val_loss.csv"), heads_csv(&lab))
-                .context("writing val_loss.csv")?;
-            heads_png(&lab, &out.join("heads.png"))?;
-            heads_summary(&lab, &reproduce)
+                .unwrap_or_else(|| head_count::HEAD_COUNTS.to_vec());
+            head_count::run(&out, &sets, seeds, &counts, &reproduce, &observers)?
         }
-        LabName::Ambiguity { .. } => {
-            let config = config(AMBIGUITY_CONFIG, "configs/lab-ambiguity.toml", &sets)?;
-            let lab = lab::ambiguity(config, &out, &observers)?;
-            write_head_report(&out, "headlab lab ambiguity", &lab.report)?;
-            run_page(&out, &lab.report)?;
-            std::fs::copy(out.join("run").join(REPORT_FILE), out.join(REPORT_FILE))
-                .with_context(|| format!("copying {REPORT_FILE}"))?;
-            ambiguity_summary(&lab, &reproduce)
-        }
+        LabName::Ambiguity { .. } => ambiguity::run(&out, &sets, &reproduce, &observers)?,
     };
-    std::fs::write(out.join("summary.md"), &summary).context("writing summary.md")?;
     println!("{summary}");
     eprintln!("wrote {}", out.join("summary.md").display());
     Ok(())
-}
-
-/// The page of a lab's run (`OUT/run/report.html`), with the lab's head table as the run's.
-fn run_page(out: &Path, table: &HeadReport) -> Result<()> {
-    let run = out.join("run");
-    write_head_report(&run.join("heads"), "headlab lab run", table)?;
-    report_run(&run)?;
-    Ok(())
-}
-
-fn config(base: &str, name: &str, sets: &[String]) -> Result<RunConfig> {
-    let mut config = RunConfig::from_toml_str(base, name)?;
-    config.apply_sets(sets)?;
-    config.validate()?;
-    Ok(config)
 }
 
 /// The command as typed, for the summary's "Reproduce" line: `headlab` and its arguments, each

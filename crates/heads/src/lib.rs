@@ -8,14 +8,12 @@
 //!   them.
 //! - [`maps`]: attention maps through training (`head_maps.jsonl`).
 //! - [`tracker`]: a training observer that records both.
-//! - [`lab`]: the labs' experiments, returning what they measured.
 //!
 //! Analysis returns data; pictures and pages of it are `headlab-report`'s job, so this crate
 //! must not depend on it (or on the CLI).
 
 pub mod analysis;
 pub mod history;
-pub mod lab;
 pub mod maps;
 pub mod scores;
 pub mod tracker;

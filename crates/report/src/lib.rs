@@ -4,7 +4,6 @@
 //! - [`plot`]: line charts; [`loss`]: `loss.png`; [`history`]: `heads.png`.
 //! - [`maps`]: the attention-map grid (`attention.png`) and the explorer page (`heads.html`).
 //! - [`heads`]: a checkpoint's head table as files and as terminal text.
-//! - [`labs`]: the labs' summaries.
 //! - [`observer`]: the plots of a run, redrawn while it trains.
 //! - [`run_report`]: a run's page (`report.html`), with training time as a slider.
 //!
@@ -13,7 +12,6 @@
 
 pub mod heads;
 pub mod history;
-pub mod labs;
 pub mod loss;
 pub mod maps;
 pub mod observer;

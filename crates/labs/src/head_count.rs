@@ -1,67 +1,319 @@
-//! The labs' `summary.md` pages and tables, from what the experiments measured.
+//! `lab heads`: one head vs many at equal parameters. d_model stays fixed while it is split
+//! into 1..64 heads of d_k = d_model / h, over several seeds, on the two-lookup `lookup`
+//! corpus; the lab reports which counts are level and which head fetches which source.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
 
-use headlab_data::corpus::{EITHER, INSTRUMENTS, POSSESSIONS};
-use headlab_heads::lab::{AmbiguityLab, HeadsLab, InductionLab, Reading, ReadingRow};
+use burn::module::Module;
+use burn::tensor::{Device, Int, Tensor, TensorData};
+use headlab_data::corpus::{LOOKUP_ALPHABET, LOOKUP_FAR, LOOKUP_NEAR, lookup_rule};
+use headlab_data::{Dataset, Split, Tokenizer};
+use headlab_heads::Probe;
+use headlab_heads::analysis::pattern_scores;
+use headlab_heads::scores::label;
+use headlab_model::{ForwardOptions, Gpt};
+use headlab_report::{ReportError, report_run};
+use headlab_train::config::RunConfig;
 
-use crate::heads::to_table;
+use crate::{LabError, Observers, lab_config, open, train_run, write, write_summary};
 
-/// `lab induction`'s summary.
-pub fn induction_summary(lab: &InductionLab, reproduce: &str) -> String {
-    let (cfg, c) = (&lab.config, &lab.circuit);
-    let mut s = String::from("# lab induction\n\n");
-    let _ = writeln!(
-        s,
-        "A {}-layer attention-only model (d_model {}, {} heads, {} positions) trained for {} steps \
-         on the built-in induction corpus (random runs over 62 symbols, each written twice), seed {}, in {:.0} s. Layers and heads count from 0: layer 1 is the second layer.\n",
-        cfg.model.n_layers,
-        cfg.model.d_model,
-        cfg.model.n_heads,
-        cfg.model.block_size,
-        cfg.train.max_iters,
-        cfg.train.seed,
-        lab.seconds
+/// The shipped config: 1 layer, d_model 64, 1500 steps on the lookup corpus.
+pub const CONFIG: &str = include_str!("../../../configs/lab-heads.toml");
+
+/// The seeds when none are given.
+pub const SEEDS: [u64; 3] = [1, 2, 3];
+
+/// The head counts when none are given.
+pub const HEAD_COUNTS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// Runs the lab into `out` with `sets` applied to its config: one run per head count and
+/// seed (`out/h<H>-s<SEED>`, each with its page), `val_loss.csv`, `heads.png` and
+/// `summary.md` (returned), which ends with `reproduce`.
+pub fn run(
+    out: &Path,
+    sets: &[String],
+    seeds: Vec<u64>,
+    head_counts: &[usize],
+    reproduce: &str,
+    observers: Observers<'_>,
+) -> Result<String, LabError> {
+    let base = lab_config(CONFIG, "configs/lab-heads.toml", sets)?;
+    let lab = heads(base, seeds, head_counts, out, observers)?;
+    for c in &lab.counts {
+        for seed in &lab.seeds {
+            report_run(&out.join(format!("h{}-s{seed}", c.n_heads)))?;
+        }
+    }
+    write(&out.join("val_loss.csv"), &heads_csv(&lab))?;
+    heads_png(&lab, &out.join("heads.png"))?;
+    write_summary(out, summary(&lab, reproduce))
+}
+
+/// One head count of `lab heads`, over its seeds.
+#[derive(Debug, Clone)]
+pub struct HeadCount {
+    /// Heads per layer.
+    pub n_heads: usize,
+    /// `d_model / n_heads`.
+    pub d_k: usize,
+    /// Parameters of each run (equal for every head count).
+    pub params: usize,
+    /// Final val loss per seed, in seed order.
+    pub val_losses: Vec<f64>,
+    /// How many heads got each label, over all seeds.
+    pub labels: BTreeMap<String, usize>,
+    /// The same per seed, in seed order.
+    pub run_labels: Vec<BTreeMap<String, usize>>,
+    /// On the lookup corpus, each seed's run measured by [`lookup_probe`], in seed order
+    /// (empty on other corpora).
+    pub lookups: Vec<LookupProbe>,
+}
+
+/// A run on the `lookup` corpus, measured on its val split: how often it predicts the rule's
+/// letter, and which heads fetch which source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LookupProbe {
+    /// Predictions measured: positions whose next letter has both sources in the window.
+    pub predictions: usize,
+    /// Share of them whose most likely letter is the rule's (noise letters included: the
+    /// rule's letter is the best guess there too).
+    pub accuracy: f64,
+    /// Per head (`layer * n_heads + head`): mean attention from those positions to the near
+    /// source, `LOOKUP_NEAR - 1` tokens back.
+    pub to_near: Vec<f64>,
+    /// The same to the far source, `LOOKUP_FAR - 1` tokens back.
+    pub to_far: Vec<f64>,
+    /// Per head: the accuracy with that head's output zeroed.
+    pub ablated: Vec<f64>,
+    /// Per head, with it zeroed: the share of predictions that still fit the near source
+    /// (the most likely letter is one the near letter allows, whatever the far one), which
+    /// is 1 while the near lookup survives and about 1/4 once it is lost.
+    pub ablated_fits_near: Vec<f64>,
+    /// The same for the far source.
+    pub ablated_fits_far: Vec<f64>,
+}
+
+/// Val windows `[n, block]` of a lookup run: at most 64, end to end from the split's start.
+fn lookup_windows(data: &Dataset, block: usize) -> (Vec<u32>, usize) {
+    let tokens = data.tokens(Split::Val);
+    let n = (tokens.len() / block).min(64);
+    (tokens[..n * block].to_vec(), n)
+}
+
+/// Measures a model trained on the `lookup` corpus (`None` when its vocabulary is not the
+/// corpus's letters): every position from `LOOKUP_FAR - 1` on predicts a letter whose two
+/// sources lie in the window.
+pub fn lookup_probe(
+    model: &Gpt,
+    tokenizer: &Tokenizer,
+    data: &Dataset,
+    block: usize,
+    device: &Device,
+) -> Option<LookupProbe> {
+    // Token id -> letter index, for every id.
+    let letter: Vec<u8> = (0..tokenizer.vocab_size() as u32)
+        .map(|id| {
+            let text = tokenizer.decode(&[id]);
+            LOOKUP_ALPHABET
+                .iter()
+                .position(|&a| text.as_bytes() == [a])
+                .map(|i| i as u8)
+        })
+        .collect::<Option<_>>()?;
+    let (ids, n) = lookup_windows(data, block);
+    if n == 0 || block <= LOOKUP_FAR {
+        return None;
+    }
+    let c = &model.config;
+    let (layers, heads, vocab) = (c.n_layers, c.n_heads, c.vocab_size);
+    let input = Tensor::<2, Int>::from_data(
+        TensorData::new(
+            ids.iter().map(|&i| i64::from(i)).collect::<Vec<_>>(),
+            [n, block],
+        ),
+        device,
     );
-    let crossed = c.crossed_at.map_or(" (never above 0.5)".to_string(), |st| {
-        format!(", above 0.5 from step {st}")
-    });
-    let _ = writeln!(
-        s,
-        "- **induction head**: layer {} head {}, induction score {:.2}{crossed}",
-        c.induction_head.0, c.induction_head.1, c.induction_score
-    );
-    let _ = writeln!(
-        s,
-        "- **previous-token head**: layer {} head {}, previous-token score {:.2}",
-        c.previous_token_head.0, c.previous_token_head.1, c.previous_token_score
-    );
-    let _ = writeln!(
-        s,
-        "- **loss on the repeated half**: {:.2} at step 0, {:.2} at the end; steepest fall {:.2} nats in the interval ending at step {}",
-        c.repeat_loss.0, c.repeat_loss.1, c.steepest_drop.0, c.steepest_drop.1
-    );
-    let formed = c.induction_score > 0.5 && c.previous_token_score > 0.5;
-    let verdict = if formed {
-        "The circuit formed: a first-layer head copies each token's predecessor into its position, and a second-layer head uses it to find the token after the earlier occurrence of the current token."
-    } else {
-        "No complete circuit formed at these settings (see the scores above)."
+    // Query p predicts p + 1, whose sources are p + 1 - NEAR and p + 1 - FAR.
+    let queries = || (0..n).flat_map(|w| (LOOKUP_FAR - 1..block - 1).map(move |p| (w, p)));
+    let rule = |w: usize, p: usize| {
+        let at = |q: usize| letter[ids[w * block + q] as usize];
+        lookup_rule(at(p + 1 - LOOKUP_NEAR), at(p + 1 - LOOKUP_FAR))
     };
-    let _ = writeln!(s, "\n{verdict}\n");
-    s += "![head scores](heads.png)\n\n![attention maps on a repeated sequence](attention.png)\n\n";
-    s += "Watch the circuit form: [report.html](report.html) replays every head's map through \
-          training on a step slider, with the scores and the loss at the same step.\n\n";
-    let _ = writeln!(
-        s,
-        "Head table (`heads.csv`, explorer: `heads.html`):\n\n```\n{}```",
-        to_table(&lab.report.rows)
+    let m = LOOKUP_ALPHABET.len() as u8;
+    let source = |w: usize, p: usize, back: usize| letter[ids[w * block + p + 1 - back] as usize];
+    // Shares of predictions whose most likely letter is the rule's, fits the near source
+    // (some far letter would give it), and fits the far source.
+    let measure = |logits: Tensor<3>| {
+        let logits = logits
+            .into_data()
+            .try_into_vec_as::<f32>()
+            .expect("f32 logits");
+        let (mut hits, mut near, mut far) = (0usize, 0usize, 0usize);
+        for (w, p) in queries() {
+            let row = &logits[(w * block + p) * vocab..(w * block + p + 1) * vocab];
+            let best = (0..vocab).fold(0, |b, v| if row[v] > row[b] { v } else { b });
+            let guess = letter[best];
+            hits += usize::from(guess == rule(w, p));
+            let (a, b) = (source(w, p, LOOKUP_NEAR), source(w, p, LOOKUP_FAR));
+            near += usize::from((0..m).any(|x| lookup_rule(a, x) == guess));
+            far += usize::from((0..m).any(|x| lookup_rule(x, b) == guess));
+        }
+        let n = queries().count() as f64;
+        (hits as f64 / n, near as f64 / n, far as f64 / n)
+    };
+    let out = model.forward_with(
+        input.clone(),
+        ForwardOptions {
+            return_weights: true,
+            ..ForwardOptions::default()
+        },
     );
-    s += &format!("\nReproduce: `{reproduce}`\n");
-    s
+    let (mut to_near, mut to_far) = (vec![0.0; layers * heads], vec![0.0; layers * heads]);
+    for (l, weights) in out.weights.into_iter().enumerate() {
+        // [n, h, t, t]
+        let a = weights
+            .into_data()
+            .try_into_vec_as::<f32>()
+            .expect("f32 weights");
+        for h in 0..heads {
+            for (w, p) in queries() {
+                let row = ((w * heads + h) * block + p) * block;
+                to_near[l * heads + h] += f64::from(a[row + p + 1 - LOOKUP_NEAR]);
+                to_far[l * heads + h] += f64::from(a[row + p + 1 - LOOKUP_FAR]);
+            }
+        }
+    }
+    let count = queries().count() as f64;
+    to_near
+        .iter_mut()
+        .chain(&mut to_far)
+        .for_each(|v| *v /= count);
+    let accuracy_all = measure(out.logits).0;
+    let ablations: Vec<(f64, f64, f64)> = (0..layers * heads)
+        .map(|k| {
+            let mut mask = vec![1.0f32; layers * heads];
+            mask[k] = 0.0;
+            let mask = Tensor::<2>::from_data(TensorData::new(mask, [layers, heads]), device);
+            let options = ForwardOptions {
+                head_mask: Some(mask),
+                ..ForwardOptions::default()
+            };
+            measure(model.forward_with(input.clone(), options).logits)
+        })
+        .collect();
+    Some(LookupProbe {
+        predictions: queries().count(),
+        accuracy: accuracy_all,
+        to_near,
+        to_far,
+        ablated: ablations.iter().map(|a| a.0).collect(),
+        ablated_fits_near: ablations.iter().map(|a| a.1).collect(),
+        ablated_fits_far: ablations.iter().map(|a| a.2).collect(),
+    })
+}
+
+/// What `lab heads` measured.
+#[derive(Debug, Clone)]
+pub struct HeadsLab {
+    /// The config every run starts from.
+    pub base: RunConfig,
+    /// The seeds, in order.
+    pub seeds: Vec<u64>,
+    /// One row per head count.
+    pub counts: Vec<HeadCount>,
+}
+
+/// Trains `base` with each of `head_counts` and `seeds` into `dir/h<heads>-s<seed>`.
+pub fn heads(
+    base: RunConfig,
+    seeds: Vec<u64>,
+    head_counts: &[usize],
+    dir: &Path,
+    observers: Observers<'_>,
+) -> Result<HeadsLab, LabError> {
+    let d_model = base.model.d_model;
+    let started = Instant::now();
+    let mut counts = Vec::new();
+    for &h in head_counts {
+        if h == 0 || !d_model.is_multiple_of(h) {
+            return Err(LabError::HeadsDoNotDivide {
+                heads: h,
+                d_model,
+                choices: (1..=d_model)
+                    .filter(|k| d_model.is_multiple_of(*k))
+                    .collect(),
+            });
+        }
+        let mut count = HeadCount {
+            n_heads: h,
+            d_k: d_model / h,
+            params: 0,
+            val_losses: Vec::new(),
+            labels: BTreeMap::new(),
+            run_labels: Vec::new(),
+            lookups: Vec::new(),
+        };
+        for &seed in &seeds {
+            let done = counts.len() * seeds.len() + count.val_losses.len();
+            let total = head_counts.len() * seeds.len();
+            let elapsed = started.elapsed().as_secs_f64();
+            // Runs with more heads take longer, so this is a lower bound.
+            let eta = if done == 0 {
+                String::new()
+            } else {
+                format!(
+                    ", at least {:.0} s left",
+                    elapsed / done as f64 * (total - done) as f64
+                )
+            };
+            eprintln!(
+                "lab heads: run {}/{total}: {h} heads, seed {seed} ({elapsed:.0} s so far{eta})",
+                done + 1
+            );
+            let mut config = base.clone();
+            config.model.n_heads = h;
+            config.train.seed = seed;
+            let run_dir = dir.join(format!("h{h}-s{seed}"));
+            count
+                .val_losses
+                .push(train_run(config, run_dir.clone(), observers)?);
+            let (trained, device, data) = open(&run_dir)?;
+            let (cfg, model) = (&trained.config, &trained.model);
+            count.params = model.num_params();
+            let vocab = trained.tokenizer.vocab_size();
+            let probe = Probe::new(&data, cfg.model.block_size, vocab, None, seed)?;
+            let block = cfg.model.block_size;
+            if let Some(measured) = lookup_probe(model, &trained.tokenizer, &data, block, &device) {
+                count.lookups.push(measured);
+            }
+            let mut run_labels = BTreeMap::new();
+            for p in pattern_scores(model, &probe, &device).0 {
+                let l = label(
+                    p.induction,
+                    p.previous_token,
+                    p.first_token,
+                    p.mean_distance,
+                    block,
+                );
+                *count.labels.entry(l.to_string()).or_default() += 1;
+                *run_labels.entry(l.to_string()).or_default() += 1;
+            }
+            count.run_labels.push(run_labels);
+        }
+        counts.push(count);
+    }
+    Ok(HeadsLab {
+        base,
+        seeds,
+        counts,
+    })
 }
 
 /// `lab heads`'s summary: one row per head count, val loss over the seeds.
-pub fn heads_summary(lab: &HeadsLab, reproduce: &str) -> String {
+pub fn summary(lab: &HeadsLab, reproduce: &str) -> String {
     let m = &lab.base.model;
     let corpus = lab.base.data.builtin.as_deref().unwrap_or("a file");
     let lookup = lab
@@ -294,7 +546,7 @@ fn mechanism(lab: &HeadsLab) -> String {
 /// What the lookup table shows and does not, in sentences built from its own numbers.
 fn lookup_reading(lab: &HeadsLab) -> String {
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let accuracy = |c: &headlab_heads::lab::HeadCount| {
+    let accuracy = |c: &HeadCount| {
         mean(&c.lookups.iter().map(|l| l.accuracy).collect::<Vec<_>>())
     };
     let Some(best) = lab
@@ -305,7 +557,7 @@ fn lookup_reading(lab: &HeadsLab) -> String {
         return String::new();
     };
     let best_max = best.val_losses.iter().copied().fold(f64::MIN, f64::max);
-    let apart = |c: &headlab_heads::lab::HeadCount| {
+    let apart = |c: &HeadCount| {
         c.val_losses.iter().copied().fold(f64::MAX, f64::min) > best_max
     };
     let mut s = String::from("\n## What this shows, and what it does not\n\n");
@@ -404,9 +656,9 @@ pub fn heads_csv(lab: &HeadsLab) -> String {
 
 /// `lab heads`'s picture: val loss against log2(heads), one faint line per seed and the mean
 /// (accuracy, in the table, is left out: near 1 it would flatten the loss curve).
-pub fn heads_png(lab: &HeadsLab, path: &std::path::Path) -> Result<(), crate::ReportError> {
-    use crate::plot::{Series, line_chart};
-    let x = |c: &headlab_heads::lab::HeadCount| (c.n_heads as f64).log2();
+pub fn heads_png(lab: &HeadsLab, path: &Path) -> Result<(), ReportError> {
+    use headlab_report::plot::{Series, line_chart};
+    let x = |c: &HeadCount| (c.n_heads as f64).log2();
     let mut series = Vec::new();
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
     series.push(Series {
@@ -436,163 +688,4 @@ pub fn heads_png(lab: &HeadsLab, path: &std::path::Path) -> Result<(), crate::Re
         "val loss (nats)",
         &series,
     )
-}
-
-/// `lab ambiguity`'s summary.
-pub fn ambiguity_summary(lab: &AmbiguityLab, reproduce: &str) -> String {
-    let (layers, heads) = (lab.config.model.n_layers, lab.config.model.n_heads);
-    let n = layers * heads;
-    let mut s = String::from("# lab ambiguity\n\n");
-    let _ = writeln!(
-        s,
-        "In \"{}\", does \"with\" attach to the verb (the subject uses the thing) or to the \
-         noun (the object has it)? In the `attach` corpus the sentence ends \"and hide(s) it\", \
-         the verb agreeing with whoever has the thing: instruments ({}) attach to the verb, \
-         worn things ({}) to the noun, and {} either way at random, so only that last verb \
-         shows which. A {layers}-layer, {heads}-head model on {} tokens (\"with\" and \"and\" \
-         one token each), {} steps. Measured on sentences whose subject and object differ in \
-         number, so the last verb's number tells the reading; \"from the city\" stands between \
-         the noun and \"with\" in about half of them.\n",
-        lab.example,
-        INSTRUMENTS.join(", "),
-        POSSESSIONS.join(", "),
-        EITHER.join(", "),
-        lab.config.data.tokenizer,
-        lab.config.train.max_iters
-    );
-    s += "| reading | sentences | the model prefers the holder's number at \"and\" |\n|---|---|---|\n";
-    for r in &lab.rows {
-        let _ = writeln!(
-            s,
-            "| {} | {} | {:.3} |",
-            r.reading.name(),
-            r.sentences,
-            r.agreement
-        );
-    }
-    let row = |reading: Reading| lab.rows.iter().find(|r| r.reading == reading);
-    let (Some(inst), Some(poss), Some(either)) = (
-        row(Reading::Instrument),
-        row(Reading::Possession),
-        row(Reading::Ambiguous),
-    ) else {
-        return s;
-    };
-    s += "\nAttention from \"and\", the position that predicts the agreeing verb, to the main \
-          verb and to the object noun:\n\n";
-    s += "| layer.head | instrument: verb | noun | possession: verb | noun | either: verb | noun | reads |\n|---|---|---|---|---|---|---|---|\n";
-    let margin = 0.05;
-    let (mut switching, mut both) = (Vec::new(), Vec::new());
-    let (mut verb_side, mut noun_side) = (Vec::new(), Vec::new());
-    for k in 0..n {
-        let (iv, inn) = (inst.at_and.to_verb[k], inst.at_and.to_noun[k]);
-        let (pv, pn) = (poss.at_and.to_verb[k], poss.at_and.to_noun[k]);
-        let (ev, en) = (either.at_and.to_verb[k], either.at_and.to_noun[k]);
-        let name = format!("{}.{}", k / heads, k % heads);
-        let reads = if iv > inn + margin && pn > pv + margin {
-            switching.push(name.clone());
-            "switches: verb for instruments, noun for possessions"
-        } else if iv > inn + margin && pv > pn + margin {
-            verb_side.push(name.clone());
-            "the verb either way"
-        } else if inn > iv + margin && pn > pv + margin {
-            noun_side.push(name.clone());
-            "the noun either way"
-        } else {
-            "no side by more than 0.05"
-        };
-        if ev >= 0.1 && en >= 0.1 {
-            both.push(format!("{name} ({ev:.2} verb, {en:.2} noun)"));
-        }
-        let _ = writeln!(
-            s,
-            "| {name} | {iv:.3} | {inn:.3} | {pv:.3} | {pn:.3} | {ev:.3} | {en:.3} | {reads} |"
-        );
-    }
-    s += "\nFrom \"with\" (which comes before the thing, so it cannot know the reading yet), all \
-          sentences:\n\n| layer.head | to verb | to noun |\n|---|---|---|\n";
-    let total: usize = lab.rows.iter().map(|r| r.sentences).sum::<usize>().max(1);
-    for k in 0..n {
-        let mean = |f: &dyn Fn(&ReadingRow) -> f64| {
-            lab.rows
-                .iter()
-                .map(|r| f(r) * r.sentences as f64)
-                .sum::<f64>()
-                / total as f64
-        };
-        let _ = writeln!(
-            s,
-            "| {}.{} | {:.3} | {:.3} |",
-            k / heads,
-            k % heads,
-            mean(&|r| r.at_with.to_verb[k]),
-            mean(&|r| r.at_with.to_noun[k])
-        );
-    }
-    let adjacent = lab.rows.iter().map(|r| r.noun_adjacent).sum::<f64>() / 3.0;
-    let distant = lab.rows.iter().map(|r| r.noun_distant).sum::<f64>() / 3.0;
-    let _ = writeln!(
-        s,
-        "\nDistance: from \"with\", a head gives the noun {adjacent:.3} of its attention on \
-         average when the noun is next to \"with\", and {distant:.3} when \"from the city\" \
-         stands between them.\n"
-    );
-    s += "## What this shows, and what it does not\n\n";
-    let _ = write!(
-        s,
-        "With an instrument the model prefers the subject's number at \"and\" in {:.0}% of \
-         sentences, with a possession the object's in {:.0}%: ",
-        100.0 * inst.agreement,
-        100.0 * poss.agreement
-    );
-    s += if inst.agreement > 0.9 && poss.agreement > 0.9 {
-        "it has learned what the attachment decides. "
-    } else {
-        "it has not fully learned what the attachment decides. "
-    };
-    let _ = write!(
-        s,
-        "With a thing that fits both, the reading is a coin toss the model cannot see, and it \
-         matches it in {:.0}% of sentences. ",
-        100.0 * either.agreement
-    );
-    if switching.is_empty() {
-        s += "No head switches from the verb to the noun with the reading by more than 0.05. ";
-    } else {
-        let _ = write!(
-            s,
-            "Heads that look at the verb under the instrument reading and at the noun under the \
-             possession reading: {}. ",
-            switching.join(", ")
-        );
-    }
-    if !verb_side.is_empty() && !noun_side.is_empty() {
-        let _ = write!(
-            s,
-            "Different heads fetch the two candidates under every reading: {} the verb, {} the \
-             noun; since where they look does not change with the reading, the choice between \
-             the two numbers is not made by where these heads look. ",
-            verb_side.join(", "),
-            noun_side.join(", ")
-        );
-    }
-    if both.is_empty() {
-        s += "Under the ambiguous sentences no head gives both the verb and the noun 0.1 of \
-              its attention or more: no head keeps both readings in view.";
-    } else {
-        let _ = write!(
-            s,
-            "Under the ambiguous sentences these heads give both the verb and the noun at \
-             least 0.1 of their attention, keeping both in view: {}.",
-            both.join(", ")
-        );
-    }
-    s += "\n\nAttention is where a head reads from, not proof of what the model uses: the \
-          number could also reach \"and\" through the residual stream of other positions (the \
-          verb's own form carries the subject's number). One model, one seed, one size.\n\n";
-    s += &format!(
-        "![attention on an example sentence](attention.png)\n\nThe run's page, with every \
-         head's map through training: [report.html](report.html).\n\nReproduce: `{reproduce}`\n"
-    );
-    s
 }

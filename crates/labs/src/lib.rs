@@ -1,0 +1,152 @@
+//! `headlab lab <name>`: experiments on head specialisation that anyone can rerun. One module
+//! per lab holds its experiment (the runs it trains and what it measures in them), its summary
+//! page and the files it writes; the CLI only parses options.
+//!
+//! - [`induction`]: a 2-layer attention-only model on the induction corpus forms the
+//!   previous-token -> induction circuit of Olsson et al. 2022, with a visible phase change.
+//! - [`head_count`] (`lab heads`): equal d_model and parameter count with 1..64 heads, several
+//!   seeds, on the two-lookup `lookup` corpus, with which head fetches which source.
+//! - [`ambiguity`]: on the `attach` corpus, where "with" and "and" look when what "with"
+//!   attaches to decides the last verb's number.
+//!
+//! Analysis comes from `headlab-heads`, drawing from `headlab-report`; the training runs from
+//! `headlab-train`, with observers (head tracking, plots) the caller supplies.
+
+pub mod ambiguity;
+pub mod head_count;
+pub mod induction;
+
+use std::path::{Path, PathBuf};
+
+use burn::tensor::Device;
+use headlab_data::{DataError, Dataset, TokenizerError};
+use headlab_heads::HeadReport;
+use headlab_report::{ReportError, report_run, write_head_report};
+use headlab_train::config::{ConfigError, RunConfig};
+use headlab_train::run::{OpenError, Trained, open_trained};
+use headlab_train::trainer::{Observer, TrainError, TrainOptions, load_dataset, train};
+use thiserror::Error;
+
+/// Why a lab could not finish.
+#[derive(Debug, Error)]
+pub enum LabError {
+    /// Its config, or a `--set` on it.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// Training one of its runs (boxed: a `TrainError` is large).
+    #[error(transparent)]
+    Train(Box<TrainError>),
+    /// Opening a finished run.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// Its data.
+    #[error(transparent)]
+    Data(#[from] DataError),
+    /// Encoding a probe sentence.
+    #[error(transparent)]
+    Tokenizer(#[from] TokenizerError),
+    /// Drawing its pictures and pages.
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    /// Reading or writing one of its files.
+    #[error("cannot {action} {}: {source}", path.display())]
+    File {
+        /// `read`, `write` or `copy`.
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The induction run wrote no head scores to read the circuit from.
+    #[error("{} holds no head scores: the run tracked none (train.track_heads_every = 0?)", .0.display())]
+    NoHeadHistory(PathBuf),
+    /// A head count of `lab heads` that does not split d_model.
+    #[error("--heads {heads} does not divide d_model = {d_model}; choose among {choices:?}")]
+    HeadsDoNotDivide {
+        /// The count asked for.
+        heads: usize,
+        /// The model width.
+        d_model: usize,
+        /// The counts that divide it.
+        choices: Vec<usize>,
+    },
+    /// `lab ambiguity` found no sentence to measure.
+    #[error(
+        "no ambiguous sentence fits the model's context with \"with\" and \"and\" as one token \
+         each (lab ambiguity needs data.builtin = \"attach\" and data.tokenizer = \"bpe\")"
+    )]
+    NoAmbiguousSentence,
+}
+
+impl From<TrainError> for LabError {
+    fn from(e: TrainError) -> Self {
+        Self::Train(Box::new(e))
+    }
+}
+
+/// Makes the observers of each training run (head tracking, plots).
+pub type Observers<'a> = &'a dyn Fn() -> Vec<Box<dyn Observer>>;
+
+/// A lab's shipped config (embedded, so `headlab lab` works from any folder) with the user's
+/// `--set`s applied, validated. `name` is the file it came from, for error messages.
+pub fn lab_config(toml: &str, name: &str, sets: &[String]) -> Result<RunConfig, LabError> {
+    let mut config = RunConfig::from_toml_str(toml, name)?;
+    config.apply_sets(sets)?;
+    config.validate().map_err(ConfigError::from)?;
+    Ok(config)
+}
+
+/// Trains `config` into `dir` (replacing it); returns its final val loss.
+fn train_run(config: RunConfig, dir: PathBuf, observers: Observers<'_>) -> Result<f64, LabError> {
+    let options = TrainOptions {
+        config,
+        out: dir,
+        force: true,
+        resume: false,
+        resume_sets: Vec::new(),
+        print_sample: false,
+    };
+    Ok(train(options, &mut observers())?.val_loss)
+}
+
+/// The best checkpoint of a finished run on its own backend, with its data.
+fn open(dir: &Path) -> Result<(Trained, Device, Dataset), LabError> {
+    let (run, trained, device) = open_trained(dir, None, "best")?;
+    let data = load_dataset(&run, &trained.config, trained.tokenizer.clone())?;
+    Ok((trained, device, data))
+}
+
+/// The page of a lab's run (`OUT/run/report.html`), with the lab's head table as the run's.
+fn run_page(out: &Path, table: &HeadReport) -> Result<(), LabError> {
+    let run = out.join("run");
+    write_head_report(&run.join("heads"), "headlab lab run", table)?;
+    report_run(&run)?;
+    Ok(())
+}
+
+/// Copies `OUT/run/<file>` to `OUT/<file>`.
+fn copy_from_run(out: &Path, file: &str) -> Result<(), LabError> {
+    let from = out.join("run").join(file);
+    std::fs::copy(&from, out.join(file)).map_err(|source| LabError::File {
+        action: "copy",
+        path: from,
+        source,
+    })?;
+    Ok(())
+}
+
+/// Writes `text` to `path`.
+fn write(path: &Path, text: &str) -> Result<(), LabError> {
+    std::fs::write(path, text).map_err(|source| LabError::File {
+        action: "write",
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Writes the lab's `summary.md` into `out` and returns it.
+fn write_summary(out: &Path, summary: String) -> Result<String, LabError> {
+    write(&out.join("summary.md"), &summary)?;
+    Ok(summary)
+}
