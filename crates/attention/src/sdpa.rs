@@ -110,7 +110,8 @@ pub fn scaled_dot_product_attention(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{cpu_devices, max_abs_diff, random_tensor, rng, values, wgpu_device};
+    use crate::testing::{cpu_devices, max_abs_diff, random_tensor, rng, wgpu_device};
+    use headlab_kernels::to_host;
 
     /// `softmax(q k^T / sqrt(d)) v` per (batch, head, query) in f64, causal with queries
     /// aligned to the last keys.
@@ -172,12 +173,12 @@ mod tests {
                 let k = random_tensor(&mut r, [b, h, t_k, d], &device);
                 let v = random_tensor(&mut r, [b, h, t_k, d], &device);
                 let expected = reference(
-                    &values(q.clone()),
-                    &values(k.clone()),
-                    &values(v.clone()),
+                    &to_host::<f32, _>(q.clone()),
+                    &to_host::<f32, _>(k.clone()),
+                    &to_host::<f32, _>(v.clone()),
                     [b, h, t_q, t_k, d],
                 );
-                let got = values(attend(q, k, v, true));
+                let got = to_host::<f32, _>(attend(q, k, v, true));
                 let err = max_abs_diff(&got, &expected);
                 assert!(err < 1e-5, "{name} {kernel} t_q {t_q} t_k {t_k}: {err}");
             }
@@ -225,7 +226,7 @@ mod tests {
                         k.grad(&grads).unwrap().reshape([b, h, t_k, d]),
                         v.grad(&grads).unwrap().reshape([b, h, t_k, d]),
                     ]
-                    .map(values)
+                    .map(to_host::<f32, _>)
                 };
                 let (want, got) = (run(naive_attention), run(flash_attention));
                 for (what, (w, g)) in ["out", "dq", "dk", "dv"].iter().zip(want.iter().zip(&got)) {

@@ -48,13 +48,6 @@ pub fn rng(seed: u64) -> StdRng {
     StdRng::seed_from_u64(seed)
 }
 
-/// Reads a tensor as f32.
-pub fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data()
-        .try_into_vec_as::<f32>()
-        .expect("float tensor")
-}
-
 /// Largest absolute difference between two slices of equal length.
 pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
     assert_eq!(a.len(), b.len(), "length mismatch");

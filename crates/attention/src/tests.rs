@@ -2,6 +2,7 @@
 
 use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor, TensorData};
+use headlab_kernels::to_host;
 use rand::rngs::StdRng;
 
 use crate::mha::{AttentionOptions, MultiHeadAttention, MultiHeadAttentionConfig};
@@ -70,7 +71,10 @@ fn batched_equals_per_head_loop_and_f64() {
                     ..AttentionOptions::default()
                 };
                 let out = mha.forward_with(x.clone(), options);
-                let (got, got_w) = (values(out.output), values(out.weights.unwrap()));
+                let (got, got_w) = (
+                    to_host::<f32, _>(out.output),
+                    to_host::<f32, _>(out.weights.unwrap()),
+                );
 
                 let (loop_out, loop_w) = per_head_loop(&mha, x, lengths, Some(&head_mask));
                 let host = HostAttention::from_module(&mha);
@@ -93,11 +97,11 @@ fn batched_equals_per_head_loop_and_f64() {
                     "{case}: weights vs f64"
                 );
                 assert!(
-                    max_abs_diff(&values(loop_out), &ref_out) < 1e-4,
+                    max_abs_diff(&to_host::<f32, _>(loop_out), &ref_out) < 1e-4,
                     "{case}: loop vs f64"
                 );
                 assert!(
-                    max_abs_diff(&values(loop_w), &ref_w) < 1e-5,
+                    max_abs_diff(&to_host::<f32, _>(loop_w), &ref_w) < 1e-5,
                     "{case}: loop weights vs f64"
                 );
             }
@@ -126,9 +130,15 @@ fn equals_burn_multi_head_attention_with_copied_weights() {
         let input = burn::nn::attention::MhaInput::self_attn(x.clone()).mask_attn(causal);
         let expected = burns.forward(input);
         let got = ours.forward_with(x, AttentionOptions::with_weights());
-        let diff = max_abs_diff(&values(got.output), &values(expected.context));
+        let diff = max_abs_diff(
+            &to_host::<f32, _>(got.output),
+            &to_host::<f32, _>(expected.context),
+        );
         assert!(diff < 1e-5, "{name}: output differs from burn-nn by {diff}");
-        let diff = max_abs_diff(&values(got.weights.unwrap()), &values(expected.weights));
+        let diff = max_abs_diff(
+            &to_host::<f32, _>(got.weights.unwrap()),
+            &to_host::<f32, _>(expected.weights),
+        );
         assert!(diff < 1e-6, "{name}: weights differ from burn-nn by {diff}");
     }
 }
@@ -159,7 +169,7 @@ fn causal_outputs_ignore_the_future_and_weights_are_a_lower_triangle() {
         let mha = random_mha(&MultiHeadAttentionConfig::new(d, h), &mut rng, &device);
         let x = random_tensor(&mut rng, [b, t, d], &device);
         let base = mha.forward_with(x.clone(), AttentionOptions::with_weights());
-        let w = values(base.weights.unwrap());
+        let w = to_host::<f32, _>(base.weights.unwrap());
         for row in w.chunks(t).enumerate() {
             let (r, row) = row;
             let i = r % t;
@@ -170,12 +180,12 @@ fn causal_outputs_ignore_the_future_and_weights_are_a_lower_triangle() {
                 "{name}: row {r} looks ahead"
             );
         }
-        let base = values(base.output);
+        let base = to_host::<f32, _>(base.output);
         for i in 0..t - 1 {
             // Replace everything after position i.
             let future = random_tensor(&mut rng, [b, t - i - 1, d], &device);
             let changed = x.clone().slice_assign([0..b, i + 1..t, 0..d], future);
-            let out = values(mha.forward(changed));
+            let out = to_host::<f32, _>(mha.forward(changed));
             for bi in 0..b {
                 for p in 0..=i {
                     let at = |v: &[f32]| v[(bi * t + p) * d..(bi * t + p + 1) * d].to_vec();
@@ -205,7 +215,7 @@ fn padded_keys_get_zero_weight() {
             padding_mask: Some(padding_mask(&lengths, t, &device)),
             ..AttentionOptions::with_weights()
         };
-        let w = values(
+        let w = to_host::<f32, _>(
             mha.forward_with(random_tensor(&mut rng, [b, t, d], &device), options)
                 .weights
                 .unwrap(),
@@ -237,8 +247,8 @@ fn head_mask_ablates_exactly_one_slice_of_the_concat() {
             head_mask: Some(Tensor::from_data(TensorData::new(m, [h]), &device)),
             ..AttentionOptions::default()
         };
-        let plain = values(mha.forward(x.clone()));
-        let ones = values(mha.forward_with(x.clone(), mask(vec![1.0; h])).output);
+        let plain = to_host::<f32, _>(mha.forward(x.clone()));
+        let ones = to_host::<f32, _>(mha.forward_with(x.clone(), mask(vec![1.0; h])).output);
         assert_eq!(
             plain, ones,
             "{name}: a head mask of ones changed the output"
@@ -251,7 +261,7 @@ fn head_mask_ablates_exactly_one_slice_of_the_concat() {
                 ..AttentionOptions::default()
             },
         );
-        let heads = values(captured.head_outputs.unwrap());
+        let heads = to_host::<f32, _>(captured.head_outputs.unwrap());
         for (idx, &p) in plain.iter().enumerate() {
             let (bt, col) = (idx / d, idx % d);
             let (bi, ti, hi, c) = (bt / t, bt % t, col / d_k, col % d_k);
@@ -273,7 +283,7 @@ fn head_mask_ablates_exactly_one_slice_of_the_concat() {
             head_bias: Some(Tensor::from_data(TensorData::new(bias, [h, d_k]), &device)),
             ..mask(m)
         };
-        let out = values(mha.forward_with(x.clone(), options).output);
+        let out = to_host::<f32, _>(mha.forward_with(x.clone(), options).output);
         for (idx, (&o, &p)) in out.iter().zip(&plain).enumerate() {
             let col = idx % d;
             let want = if col / d_k == 1 { mean[col % d_k] } else { p };
@@ -285,7 +295,7 @@ fn head_mask_ablates_exactly_one_slice_of_the_concat() {
         for j in 0..h {
             let mut m = vec![1.0; h];
             m[j] = 0.0;
-            let out = values(mha.forward_with(x.clone(), mask(m)).output);
+            let out = to_host::<f32, _>(mha.forward_with(x.clone(), mask(m)).output);
             for (idx, (&o, &p)) in out.iter().zip(&plain).enumerate() {
                 let col = idx % d;
                 if col / d_k == j {
@@ -334,8 +344,8 @@ fn grouped_query_equals_multi_head_with_repeated_kv_weights() {
         mha.v_proj = tile(&gqa.v_proj);
         let x = random_tensor(&mut rng, [b, t, d], &device);
         let diff = max_abs_diff(
-            &values(gqa.forward(x.clone())),
-            &values(mha.forward(x.clone())),
+            &to_host::<f32, _>(gqa.forward(x.clone())),
+            &to_host::<f32, _>(mha.forward(x.clone())),
         );
         assert!(diff < 1e-5, "{name}: GQA differs from tiled MHA by {diff}");
 
@@ -345,7 +355,10 @@ fn grouped_query_equals_multi_head_with_repeated_kv_weights() {
             .init(&device)
             .unwrap();
         let same = same.load_record(mha.clone().into_record());
-        assert_eq!(values(same.forward(x.clone())), values(mha.forward(x)));
+        assert_eq!(
+            to_host::<f32, _>(same.forward(x.clone())),
+            to_host::<f32, _>(mha.forward(x))
+        );
     }
 }
 
@@ -393,11 +406,15 @@ fn gradients_match_finite_differences_of_the_f64_reference() {
                 );
             }
         };
-        check("x", values(x.grad(&grads).unwrap()), &|idx, e| {
-            let mut x = x64.clone();
-            x[idx] += e;
-            loss(&host, &x)
-        });
+        check(
+            "x",
+            to_host::<f32, _>(x.grad(&grads).unwrap()),
+            &|idx, e| {
+                let mut x = x64.clone();
+                x[idx] += e;
+                loss(&host, &x)
+            },
+        );
         type Field = fn(&mut HostAttention) -> &mut (Vec<f64>, Option<Vec<f64>>);
         let fields: [(&str, &burn::nn::Linear, Field); 4] = [
             ("q_proj", &mha.q_proj, |h| &mut h.wq),
@@ -406,13 +423,13 @@ fn gradients_match_finite_differences_of_the_f64_reference() {
             ("o_proj", &mha.o_proj, |h| &mut h.wo),
         ];
         for (label, linear, field) in fields {
-            let gw = values(linear.weight.val().grad(&grads).unwrap());
+            let gw = to_host::<f32, _>(linear.weight.val().grad(&grads).unwrap());
             check(&format!("{label}.weight"), gw, &|idx, e| {
                 let mut p = host.clone();
                 field(&mut p).0[idx] += e;
                 loss(&p, &x64)
             });
-            let gb = values(linear.bias.as_ref().unwrap().val().grad(&grads).unwrap());
+            let gb = to_host::<f32, _>(linear.bias.as_ref().unwrap().val().grad(&grads).unwrap());
             check(&format!("{label}.bias"), gb, &|idx, e| {
                 let mut p = host.clone();
                 field(&mut p).1.as_mut().unwrap()[idx] += e;
@@ -446,7 +463,10 @@ fn wgpu_matches_flex() {
             ..AttentionOptions::default()
         };
         let out = mha.forward_with(x, options);
-        (values(out.output), values(out.weights.unwrap()))
+        (
+            to_host::<f32, _>(out.output),
+            to_host::<f32, _>(out.weights.unwrap()),
+        )
     };
     let (flex_out, flex_w) = run(&mha, x.clone(), flex);
     let (gpu_out, gpu_w) = run(&mha.clone().to_device(&wgpu), x.to_device(&wgpu), &wgpu);

@@ -25,6 +25,7 @@
 //! and sum over the batch's tokens. `C` = [`SAFETY`] was set from measurements of the
 //! backends known to be right (README, "Comparing backends").
 
+use headlab_kernels::to_host;
 use std::path::Path;
 
 use burn::module::{Module, ModuleVisitor, Param};
@@ -304,17 +305,15 @@ pub fn forward_values(
     let mut values: Vec<(String, Vec<f64>)> = out
         .sublayers
         .into_iter()
-        .map(|(name, t)| (name, host(t)))
+        .map(|(name, t)| (name, to_host::<f64, _>(t)))
         .collect();
-    values.push(("logits".into(), host(out.logits)));
-    let scores = out.max_scores.into_iter().flat_map(host).collect();
+    values.push(("logits".into(), to_host::<f64, _>(out.logits)));
+    let scores = out
+        .max_scores
+        .into_iter()
+        .flat_map(to_host::<f64, _>)
+        .collect();
     (values, scores)
-}
-
-fn host<const D: usize>(t: Tensor<D>) -> Vec<f64> {
-    t.into_data()
-        .try_into_vec_as::<f64>()
-        .expect("a float tensor reads as f64")
 }
 
 /// Every parameter's gradient by path.
@@ -333,7 +332,7 @@ pub fn gradient_values(model: &Gpt, grads: &GradientsParams) -> Vec<(String, Vec
         }
         fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
             if let Some(g) = self.grads.get::<D>(param.id) {
-                self.out.push((self.path.join("."), host(g)));
+                self.out.push((self.path.join("."), to_host::<f64, _>(g)));
             }
         }
     }

@@ -10,6 +10,7 @@
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use headlab_data::{DataError, Dataset, Split, Tokenizer, batch_tensors, ids_tensor, mix_seed};
+use headlab_kernels::to_host;
 use headlab_model::{ForwardOptions, Gpt, cross_entropy};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -149,12 +150,6 @@ fn ids(v: &[u32], rows: usize, cols: usize, device: &Device) -> Tensor<2, Int> {
     ids_tensor(v, rows, cols, device)
 }
 
-fn host<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data()
-        .try_into_vec_as::<f32>()
-        .expect("float tensor")
-}
-
 /// Attention weights of every layer, averaged over the rows of a batch: `[layer][head]` of
 /// row-major `[t, t]`.
 pub fn mean_patterns(
@@ -176,7 +171,7 @@ pub fn mean_patterns(
         .map(|w| {
             let h = w.dims()[1];
             // [b, h, t, t] -> mean over b -> [h, t, t]
-            let mean = host(w.mean_dim(0).reshape([h * t * t]));
+            let mean = to_host::<f32, _>(w.mean_dim(0).reshape([h * t * t]));
             mean.chunks(t * t).map(|c| c.to_vec()).collect()
         })
         .collect()
@@ -337,7 +332,7 @@ pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
         );
         for (layer, h) in out.head_outputs.into_iter().enumerate() {
             // [b, h, t, d_k] -> mean over b and t -> [h, d_k]
-            let mean = host(h.mean_dim(0).mean_dim(2).reshape([n_heads * d_k]));
+            let mean = to_host::<f32, _>(h.mean_dim(0).mean_dim(2).reshape([n_heads * d_k]));
             for (i, v) in mean.iter().enumerate() {
                 sums[layer * n_heads * d_k + i] += *v as f64 / probe.held_out.len() as f64;
             }
@@ -398,7 +393,7 @@ pub fn gradient_importance(model: &Gpt, probe: &Probe, device: &Device) -> Vec<f
         };
         let loss = cross_entropy(model.forward_with(x, options).logits, y, None);
         let grads = loss.backward();
-        let g = host(mask.grad(&grads).expect("the mask is used"));
+        let g = to_host::<f32, _>(mask.grad(&grads).expect("the mask is used"));
         for (acc, v) in total.iter_mut().zip(g) {
             *acc += v.abs() as f64 / probe.held_out.len() as f64;
         }

@@ -10,6 +10,7 @@
 //! [`read_gpt2_folder`] reads such a folder back, from headlab or from elsewhere (gpt2,
 //! distilgpt2, TinyStories), for `headlab import hf`.
 
+use headlab_kernels::to_host;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
@@ -127,12 +128,6 @@ pub fn gpt2_config(config: &GptConfig) -> Result<Value, HfError> {
     }))
 }
 
-fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data()
-        .try_into_vec_as::<f32>()
-        .expect("f32 parameters")
-}
-
 /// Every tensor of the GPT-2 state dict, named as `GPT2LMHeadModel` names them, with its
 /// shape and row-major values.
 pub fn gpt2_tensors(model: &Gpt) -> Vec<(String, Vec<usize>, Vec<f32>)> {
@@ -145,24 +140,29 @@ pub fn gpt2_tensors(model: &Gpt) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     };
     // A missing bias or LayerNorm shift is zero.
     let bias = |b: &Option<burn::module::Param<Tensor<1>>>, n: usize| {
-        b.as_ref().map_or_else(|| vec![0.0; n], |b| values(b.val()))
+        b.as_ref()
+            .map_or_else(|| vec![0.0; n], |b| to_host::<f32, _>(b.val()))
     };
     let ln = |push: &mut dyn FnMut(String, Vec<usize>, Vec<f32>),
               name: &str,
               l: &burn::nn::LayerNorm| {
-        push(format!("{name}.weight"), vec![d], values(l.gamma.val()));
+        push(
+            format!("{name}.weight"),
+            vec![d],
+            to_host::<f32, _>(l.gamma.val()),
+        );
         push(format!("{name}.bias"), vec![d], bias(&l.beta, d));
     };
     push(
         "transformer.wte.weight".into(),
         vec![c.embedding_rows(), d],
-        values(model.wte.weight.val()),
+        to_host::<f32, _>(model.wte.weight.val()),
     );
     if let Some(wpe) = &model.wpe {
         push(
             "transformer.wpe.weight".into(),
             vec![c.block_size, d],
-            values(wpe.weight.val()),
+            to_host::<f32, _>(wpe.weight.val()),
         );
     }
     for (i, block) in model.blocks.iter().enumerate() {
@@ -171,9 +171,9 @@ pub fn gpt2_tensors(model: &Gpt) -> Vec<(String, Vec<usize>, Vec<f32>)> {
         let attn = &block.attn;
         // [d, d] x 3 -> [d, 3d]: row r of c_attn is row r of q, then of k, then of v.
         let (q, k, v) = (
-            values(attn.q_proj.weight.val()),
-            values(attn.k_proj.weight.val()),
-            values(attn.v_proj.weight.val()),
+            to_host::<f32, _>(attn.q_proj.weight.val()),
+            to_host::<f32, _>(attn.k_proj.weight.val()),
+            to_host::<f32, _>(attn.v_proj.weight.val()),
         );
         let mut fused = Vec::with_capacity(3 * d * d);
         for r in 0..d {
@@ -189,7 +189,7 @@ pub fn gpt2_tensors(model: &Gpt) -> Vec<(String, Vec<usize>, Vec<f32>)> {
         push(
             format!("{p}.attn.c_proj.weight"),
             vec![d, d],
-            values(attn.o_proj.weight.val()),
+            to_host::<f32, _>(attn.o_proj.weight.val()),
         );
         push(
             format!("{p}.attn.c_proj.bias"),
@@ -204,7 +204,7 @@ pub fn gpt2_tensors(model: &Gpt) -> Vec<(String, Vec<usize>, Vec<f32>)> {
             push(
                 format!("{p}.mlp.c_fc.weight"),
                 vec![d, ff],
-                values(mlp.c_fc.weight.val()),
+                to_host::<f32, _>(mlp.c_fc.weight.val()),
             );
             push(
                 format!("{p}.mlp.c_fc.bias"),
@@ -214,7 +214,7 @@ pub fn gpt2_tensors(model: &Gpt) -> Vec<(String, Vec<usize>, Vec<f32>)> {
             push(
                 format!("{p}.mlp.c_proj.weight"),
                 vec![ff, d],
-                values(mlp.c_proj.weight.val()),
+                to_host::<f32, _>(mlp.c_proj.weight.val()),
             );
             push(
                 format!("{p}.mlp.c_proj.bias"),
@@ -231,7 +231,7 @@ pub fn gpt2_tensors(model: &Gpt) -> Vec<(String, Vec<usize>, Vec<f32>)> {
         push(
             "lm_head.weight".into(),
             vec![c.embedding_rows(), d],
-            values(head.weight.val().transpose()),
+            to_host::<f32, _>(head.weight.val().transpose()),
         );
     }
     out
@@ -758,7 +758,7 @@ mod tests {
             let input: Vec<i64> = ids.iter().map(|&i| i as i64).collect();
             let input =
                 Tensor::<2, Int>::from_data(TensorData::new(input, [1, ids.len()]), &device);
-            let got = values(model.forward(input));
+            let got = to_host::<f32, _>(model.forward(input));
             let vocab = 11;
             let mut worst = 0f64;
             for (t, row) in expected.iter().enumerate() {

@@ -52,6 +52,17 @@ pub use device::{
 pub use ops::KernelBackend;
 pub use toggle::{Mutation, kernels_enabled, with_kernels};
 
+/// A float tensor's values on the host as `E` (f32, or f64 for the f64 truth): the one way
+/// headlab reads a tensor back.
+///
+/// # Panics
+/// If the values do not convert to `E` (an Int or Bool tensor): callers pass float tensors.
+pub fn to_host<E: burn::tensor::Element, const D: usize>(t: Tensor<D>) -> Vec<E> {
+    t.into_data()
+        .try_into_vec_as::<E>()
+        .expect("a float tensor converts to f32 and f64")
+}
+
 /// Whether the kernels run on this tensor: f32 on `flex` or `ndarray`, with the kernels not
 /// switched off on this thread ([`with_kernels`]).
 pub fn runs_on<const D: usize>(x: &Tensor<D>) -> bool {

@@ -4,6 +4,7 @@
 #![allow(deprecated)] // ndarray
 
 use burn::tensor::{Device, Distribution, Tensor};
+use headlab_kernels::to_host;
 use headlab_kernels::{AdamWStep, adamw, adamw_tensor_ops, gelu, layer_norm, linear, runs_on};
 
 fn devices() -> Vec<(&'static str, Device)> {
@@ -12,10 +13,6 @@ fn devices() -> Vec<(&'static str, Device)> {
         .into_iter()
         .flat_map(|(name, d)| [(name, d.clone()), (name, d.autodiff())])
         .collect()
-}
-
-fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().try_into_vec::<f32>().unwrap()
 }
 
 fn assert_close(what: &str, got: Vec<f32>, want: Vec<f32>, tol: f32) {
@@ -40,17 +37,27 @@ fn gelu_matches_burn_values_and_the_f64_gradient() {
         let label = format!("{name} autodiff {}", device.is_autodiff());
         let want = burn::tensor::activation::gelu(x.clone());
         if !device.is_autodiff() {
-            assert_close(&label, values(gelu(x)), values(want), 1e-6);
+            assert_close(
+                &label,
+                to_host::<f32, _>(gelu(x)),
+                to_host::<f32, _>(want),
+                1e-6,
+            );
             continue;
         }
         let xg = x.clone().require_grad();
         let y = gelu(xg.clone());
         let grads = y.clone().mul(g.clone()).sum().backward();
-        assert_close(&label, values(y.inner()), values(want.inner()), 1e-6);
-        let want_dx = gelu_grad64(&values(x.inner()), &values(g.inner()));
+        assert_close(
+            &label,
+            to_host::<f32, _>(y.inner()),
+            to_host::<f32, _>(want.inner()),
+            1e-6,
+        );
+        let want_dx = gelu_grad64(&to_host::<f32, _>(x.inner()), &to_host::<f32, _>(g.inner()));
         assert_close(
             &format!("{label} gelu'"),
-            values(xg.grad(&grads).unwrap()),
+            to_host::<f32, _>(xg.grad(&grads).unwrap()),
             want_dx,
             1e-6,
         );
@@ -86,9 +93,15 @@ fn gelu_off_the_kernels_has_the_erf_derivative() {
                 assert!(!runs_on(&x), "{name}: the kernels are off");
                 let xg = x.clone().require_grad();
                 let grads = gelu(xg.clone()).mul(g.clone()).sum().backward();
-                let want = gelu_grad64(&values(x.inner()), &values(g.inner()));
+                let want =
+                    gelu_grad64(&to_host::<f32, _>(x.inner()), &to_host::<f32, _>(g.inner()));
                 let label = format!("{name} gelu' (std {std})");
-                assert_close(&label, values(xg.grad(&grads).unwrap()), want, 2e-6);
+                assert_close(
+                    &label,
+                    to_host::<f32, _>(xg.grad(&grads).unwrap()),
+                    want,
+                    2e-6,
+                );
             }
         });
     }
@@ -123,16 +136,16 @@ fn layer_norm_matches_burn_values_and_gradients() {
                     1e-5,
                 );
                 if !ad {
-                    return vec![values(y)];
+                    return vec![to_host::<f32, _>(y)];
                 }
                 let grads = y.clone().mul(g.clone()).sum().backward();
                 let mut out = vec![
-                    values(y.inner()),
-                    values(x.grad(&grads).unwrap()),
-                    values(gamma.grad(&grads).unwrap()),
+                    to_host::<f32, _>(y.inner()),
+                    to_host::<f32, _>(x.grad(&grads).unwrap()),
+                    to_host::<f32, _>(gamma.grad(&grads).unwrap()),
                 ];
                 if with_beta {
-                    out.push(values(beta.grad(&grads).unwrap()));
+                    out.push(to_host::<f32, _>(beta.grad(&grads).unwrap()));
                 } else {
                     assert!(
                         beta.grad(&grads).is_none(),
@@ -199,16 +212,16 @@ fn linear_matches_burn_values_and_gradients() {
                 };
                 let y = f(x.clone(), w, with_bias.then(|| b.clone()));
                 if !ad {
-                    return vec![values(y)];
+                    return vec![to_host::<f32, _>(y)];
                 }
                 let grads = y.clone().mul(g.clone()).sum().backward();
                 let mut out = vec![
-                    values(y.inner()),
-                    values(x.grad(&grads).unwrap()),
-                    values(w_stored.grad(&grads).unwrap()),
+                    to_host::<f32, _>(y.inner()),
+                    to_host::<f32, _>(x.grad(&grads).unwrap()),
+                    to_host::<f32, _>(w_stored.grad(&grads).unwrap()),
                 ];
                 if with_bias {
-                    out.push(values(b.grad(&grads).unwrap()));
+                    out.push(to_host::<f32, _>(b.grad(&grads).unwrap()));
                 }
                 out
             };
@@ -256,12 +269,22 @@ fn adamw_matches_the_update_as_burn_ops() {
             let what = format!("adamw on {name} at step {t}");
             assert_close(
                 &format!("{what}: param"),
-                values(got.0),
-                values(want.0),
+                to_host::<f32, _>(got.0),
+                to_host::<f32, _>(want.0),
                 1e-6,
             );
-            assert_close(&format!("{what}: m"), values(got.1), values(want.1), 1e-9);
-            assert_close(&format!("{what}: v"), values(got.2), values(want.2), 1e-11);
+            assert_close(
+                &format!("{what}: m"),
+                to_host::<f32, _>(got.1),
+                to_host::<f32, _>(want.1),
+                1e-9,
+            );
+            assert_close(
+                &format!("{what}: v"),
+                to_host::<f32, _>(got.2),
+                to_host::<f32, _>(want.2),
+                1e-11,
+            );
         }
     }
 }

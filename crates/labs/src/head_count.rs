@@ -546,9 +546,7 @@ fn mechanism(lab: &HeadsLab) -> String {
 /// What the lookup table shows and does not, in sentences built from its own numbers.
 fn lookup_reading(lab: &HeadsLab) -> String {
     let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len().max(1) as f64;
-    let accuracy = |c: &HeadCount| {
-        mean(&c.lookups.iter().map(|l| l.accuracy).collect::<Vec<_>>())
-    };
+    let accuracy = |c: &HeadCount| mean(&c.lookups.iter().map(|l| l.accuracy).collect::<Vec<_>>());
     let Some(best) = lab
         .counts
         .iter()
@@ -557,9 +555,7 @@ fn lookup_reading(lab: &HeadsLab) -> String {
         return String::new();
     };
     let best_max = best.val_losses.iter().copied().fold(f64::MIN, f64::max);
-    let apart = |c: &HeadCount| {
-        c.val_losses.iter().copied().fold(f64::MAX, f64::min) > best_max
-    };
+    let apart = |c: &HeadCount| c.val_losses.iter().copied().fold(f64::MAX, f64::min) > best_max;
     let mut s = String::from("\n## What this shows, and what it does not\n\n");
     if let Some(one) = lab.counts.iter().find(|c| c.n_heads == 1) {
         let near = mean(&one.lookups.iter().map(|l| l.to_near[0]).collect::<Vec<_>>());

@@ -2,6 +2,7 @@
 
 use burn::module::{Module, Param};
 use burn::tensor::{Device, Int, Tensor, TensorData};
+use headlab_kernels::to_host;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -11,10 +12,6 @@ use headlab_kernels::wgpu_for_tests as wgpu_device;
 #[allow(deprecated)]
 fn cpu_devices() -> Vec<(&'static str, Device)> {
     vec![("flex", Device::flex()), ("ndarray", Device::ndarray())]
-}
-
-fn values<const D: usize>(t: Tensor<D>) -> Vec<f32> {
-    t.into_data().try_into_vec_as::<f32>().unwrap()
 }
 
 fn tokens(ids: &[u32], device: &Device) -> Tensor<2, Int> {
@@ -63,11 +60,11 @@ fn logits_at_or_before_t_ignore_later_tokens() {
                 let model = scaled(Gpt::new(&small(positional).with_norm(norm), &device).unwrap());
                 let mut rng = StdRng::seed_from_u64(1);
                 let ids = random_ids(&mut rng, 8, 23);
-                let base = values(model.forward(tokens(&ids, &device)));
+                let base = to_host::<f32, _>(model.forward(tokens(&ids, &device)));
                 for t in 0..7 {
                     let mut changed = ids.clone();
                     changed[t + 1] = (changed[t + 1] + 1) % 23;
-                    let out = values(model.forward(tokens(&changed, &device)));
+                    let out = to_host::<f32, _>(model.forward(tokens(&changed, &device)));
                     let upto = (t + 1) * 23;
                     assert_eq!(
                         &out[..upto],
@@ -99,7 +96,7 @@ fn cached_decoding_matches_a_full_forward_at_every_step() {
                 for step in 0..15 {
                     let window = decoder.window().to_vec();
                     assert!(window.len() <= 8);
-                    let full = values(model.forward(tokens(&window, &device)));
+                    let full = to_host::<f32, _>(model.forward(tokens(&window, &device)));
                     let last = &full[(window.len() - 1) * 23..];
                     for (a, b) in decoder.logits().iter().zip(last) {
                         let tol = 1e-4 * b.abs().max(1.0);
@@ -124,7 +121,7 @@ fn rope_scores_depend_only_on_relative_position() {
     let k: Vec<f32> = (0..d_k).map(|_| rng.random_range(-1.0..1.0)).collect();
     let at = |v: &[f32], pos: usize| {
         let x = Tensor::<4>::from_data(TensorData::new(v.to_vec(), [1, 1, 1, d_k]), device);
-        values(attention::apply_rope(x, pos))
+        to_host::<f32, _>(attention::apply_rope(x, pos))
     };
     let dot = |a: Vec<f32>, b: Vec<f32>| a.iter().zip(&b).map(|(x, y)| x * y).sum::<f32>();
     let base = dot(at(&q, 7), at(&k, 3));
@@ -388,7 +385,7 @@ fn generation_is_seeded_and_greedy_equals_top_k_one() {
         let mut context: Vec<u32> = prompt.to_vec();
         for &token in &greedy[..5] {
             let window = &context[context.len().saturating_sub(8)..];
-            let logits = values(model.forward(tokens(window, &device)));
+            let logits = to_host::<f32, _>(model.forward(tokens(window, &device)));
             let last = &logits[(window.len() - 1) * 23..];
             let argmax = (0..23).fold(0, |b, i| if last[i] > last[b] { i } else { b });
             assert_eq!(token as usize, argmax, "{name}");
@@ -412,15 +409,18 @@ fn weights_round_trip_exactly_in_both_formats() {
         let config = small(Positional::Learned).with_tie_embeddings(false);
         let model = scaled(Gpt::new(&config, &device).unwrap());
         let ids = [3, 1, 4, 1, 5, 9, 2, 6];
-        let expected = values(model.forward(tokens(&ids, &device)));
+        let expected = to_host::<f32, _>(model.forward(tokens(&ids, &device)));
         for file in ["w.bpk", "w.safetensors"] {
             let path = dir.path().join(format!("{name}-{file}"));
             model.save_weights(&path).unwrap();
             let fresh = Gpt::new(&config, &device).unwrap();
-            assert_ne!(values(fresh.forward(tokens(&ids, &device))), expected);
+            assert_ne!(
+                to_host::<f32, _>(fresh.forward(tokens(&ids, &device))),
+                expected
+            );
             let loaded = fresh.load_weights(&path).unwrap();
             assert_eq!(
-                values(loaded.forward(tokens(&ids, &device))),
+                to_host::<f32, _>(loaded.forward(tokens(&ids, &device))),
                 expected,
                 "{name} {file}"
             );
@@ -502,7 +502,7 @@ fn forward_with_captures_weights_and_ablates_heads() {
     let config = small(Positional::Learned);
     let model = scaled(Gpt::new(&config, device).unwrap());
     let ids = [1, 2, 3, 4, 5];
-    let plain = values(model.forward(tokens(&ids, device)));
+    let plain = to_host::<f32, _>(model.forward(tokens(&ids, device)));
     let size = plain.iter().fold(1.0f32, |m, x| m.max(x.abs()));
     let ones = Tensor::<2>::ones([2, 4], device);
     let out = model.forward_with(
@@ -516,7 +516,7 @@ fn forward_with_captures_weights_and_ablates_heads() {
     );
     // Asking for the weights takes the naive kernel instead of the flash one: equal up to
     // f32 rounding relative to the logits' size, not bit for bit.
-    let diff = values(out.logits)
+    let diff = to_host::<f32, _>(out.logits)
         .iter()
         .zip(&plain)
         .map(|(a, b)| (a - b).abs())
@@ -532,7 +532,7 @@ fn forward_with_captures_weights_and_ablates_heads() {
     let mut mask = vec![1.0f32; 8];
     mask[4 + 2] = 0.0;
     let mask = Tensor::<2>::from_data(TensorData::new(mask, [2, 4]), device);
-    let masked = values(
+    let masked = to_host::<f32, _>(
         model
             .forward_with(
                 tokens(&ids, device),
@@ -547,7 +547,7 @@ fn forward_with_captures_weights_and_ablates_heads() {
     let w = edited.blocks[1].attn.o_proj.weight.val();
     let zeroed = w.slice_fill([8..12, 0..16], 0.0);
     edited.blocks[1].attn.o_proj.weight = burn::module::Param::from_tensor(zeroed);
-    let by_hand = values(edited.forward(tokens(&ids, device)));
+    let by_hand = to_host::<f32, _>(edited.forward(tokens(&ids, device)));
     let diff = masked
         .iter()
         .zip(&by_hand)
@@ -604,8 +604,8 @@ fn wgpu_matches_flex_on_a_small_model() {
     let config = small(Positional::Rope).with_n_kv_heads(Some(2));
     let model = scaled(Gpt::new(&config, flex).unwrap());
     let ids = [5, 3, 22, 0, 7, 7, 1];
-    let a = values(model.forward(tokens(&ids, flex)));
-    let b = values(model.clone().to_device(&wgpu).forward(tokens(&ids, &wgpu)));
+    let a = to_host::<f32, _>(model.forward(tokens(&ids, flex)));
+    let b = to_host::<f32, _>(model.clone().to_device(&wgpu).forward(tokens(&ids, &wgpu)));
     let diff = a
         .iter()
         .zip(&b)
@@ -641,7 +641,10 @@ fn sublayers_add_up_to_the_logits_and_the_f64_cast_agrees() {
             "block 1 MLP",
         ];
         assert_eq!(names, want);
-        assert_eq!(values(model.forward(x.clone())), values(out.logits.clone()));
+        assert_eq!(
+            to_host::<f32, _>(model.forward(x.clone())),
+            to_host::<f32, _>(out.logits.clone())
+        );
 
         let residual = out
             .sublayers
@@ -655,7 +658,10 @@ fn sublayers_add_up_to_the_logits_and_the_f64_cast_agrees() {
         // [1, t, d] x [d, v] -> [1, t, v]
         let w = model.wte.weight.val().transpose().unsqueeze::<3>();
         let logits = normed.matmul(w);
-        let (got, want) = (values(out.logits.clone()), values(logits));
+        let (got, want) = (
+            to_host::<f32, _>(out.logits.clone()),
+            to_host::<f32, _>(logits),
+        );
         // The weights are scaled to O(1), so the logits reach tens: compare relative to them.
         let scale = got.iter().fold(1.0f32, |m, v| m.max(v.abs()));
         let err = got
@@ -671,7 +677,7 @@ fn sublayers_add_up_to_the_logits_and_the_f64_cast_agrees() {
         let model64 = model.clone().cast(burn::tensor::FloatDType::F64);
         let logits64 = model64.forward(x);
         assert_eq!(logits64.dtype(), burn::tensor::DType::F64);
-        let err = values(logits64)
+        let err = to_host::<f32, _>(logits64)
             .iter()
             .zip(&got)
             .map(|(a, b)| (a - b).abs())
@@ -701,7 +707,7 @@ fn tanh_gelu_matches_the_formula_in_f64() {
     devices.extend(wgpu_device().map(|d| ("wgpu", d)));
     for (name, device) in devices {
         let x = Tensor::<1>::from_data(TensorData::new(xs.clone(), [xs.len()]), &device);
-        let got = values(crate::block::gelu_tanh(x));
+        let got = to_host::<f32, _>(crate::block::gelu_tanh(x));
         for ((g, e), x) in got.iter().zip(&expected).zip(&xs) {
             assert!(
                 (*g as f64 - e).abs() < 1e-5 * (1.0 + e.abs()),
