@@ -2,7 +2,6 @@
 //! with the run and reloaded by every command, and bits per character that compare across
 //! tokenizers.
 
-use std::path::Path;
 use std::process::Output;
 use std::sync::LazyLock;
 
@@ -12,9 +11,11 @@ use headlab_data::corpus::grammar;
 use headlab_data::{Tokenizer, TokenizerKind};
 use headlab_kernels::BackendKind;
 use headlab_train::run::RunDir;
-use proptest::prelude::*;
 
 use crate::common::{headlab, ok};
+
+/// The grammar text every run here trains on.
+static CORPUS: LazyLock<String> = LazyLock::new(|| grammar(3, 20_000));
 
 /// Fails with a message (exit code 2) that contains every one of `parts`, and no panic.
 fn fails_with(out: &Output, parts: &[&str]) {
@@ -63,64 +64,6 @@ fn train_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     ];
     args.extend_from_slice(extra);
     args
-}
-
-static CORPUS: LazyLock<String> = LazyLock::new(|| grammar(3, 20_000));
-static BPE: LazyLock<Tokenizer> =
-    LazyLock::new(|| Tokenizer::train_bpe(&CORPUS, 400).expect("BPE trains"));
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(512))]
-
-    /// Any UTF-8, mostly never seen in training: no unknown tokens, exact round trip.
-    #[test]
-    fn any_utf8_round_trips(s in any::<String>()) {
-        let ids = BPE.encode(&s).unwrap();
-        prop_assert!(ids.iter().all(|&i| (i as usize) < BPE.vocab_size()));
-        prop_assert!(ids.len() <= s.len());
-        prop_assert_eq!(BPE.char_count(&ids), s.chars().count());
-        prop_assert_eq!(BPE.decode(&ids), s);
-    }
-
-    /// Text like the corpus (so merges apply), with foreign characters mixed in.
-    #[test]
-    fn corpus_like_text_round_trips(
-        s in r"[a-z ,.\n]{0,120}( ?[é€🙂\r\t\x00]{0,3}[a-z ]{0,20}){0,4}"
-    ) {
-        let ids = BPE.encode(&s).unwrap();
-        prop_assert_eq!(BPE.decode(&ids), s.clone());
-        let bytes: Vec<u8> = ids.iter().flat_map(|&i| BPE.decode_token_bytes(&[i])).collect();
-        prop_assert_eq!(bytes, s.as_bytes().to_vec());
-    }
-}
-
-#[test]
-fn bpe_compresses_the_text_it_was_trained_on() {
-    assert_eq!(BPE.kind(), TokenizerKind::Bpe);
-    assert_eq!(BPE.vocab_size(), 400);
-    let ids = BPE.encode(&CORPUS).unwrap();
-    let ratio = CORPUS.chars().count() as f64 / ids.len() as f64;
-    assert!(ratio > 2.5, "only {ratio:.2} chars per token");
-    assert_eq!(BPE.char_count(&ids), CORPUS.chars().count());
-}
-
-#[test]
-fn same_corpus_and_vocab_size_give_an_identical_tokenizer_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let save = |t: &Tokenizer, name: &str| {
-        let path = dir.path().join(name);
-        t.save(&path).unwrap();
-        std::fs::read(&path).unwrap()
-    };
-    let a = save(&Tokenizer::train_bpe(&CORPUS, 400).unwrap(), "a.json");
-    let b = save(&Tokenizer::train_bpe(&CORPUS, 400).unwrap(), "b.json");
-    assert!(a == b, "two trainings differ");
-    assert_eq!(a, save(&BPE, "c.json"));
-    let loaded = Tokenizer::load(dir.path().join("a.json")).unwrap();
-    assert_eq!(&loaded, &*BPE);
-    assert_eq!(save(&loaded, "d.json"), a, "load + save changes the file");
-    let other = save(&Tokenizer::train_bpe(&CORPUS, 350).unwrap(), "e.json");
-    assert_ne!(other, a);
 }
 
 /// Total next-token loss in nats over `tokens`, by hand: a log-softmax in f64 of the logits
@@ -370,44 +313,4 @@ fn a_corrupt_or_missing_tokenizer_json_is_a_clear_error() {
     }
     std::fs::write(&path, &good).unwrap();
     ok(&headlab(&sample, dir.path()));
-}
-
-#[test]
-fn the_shipped_bpe_recipe_is_the_char_recipe_with_bpe_tokens() {
-    use headlab_train::config::RunConfig;
-    let configs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
-    let char = RunConfig::load(configs.join("shakespeare-char-cpu.toml")).unwrap();
-    let bpe = RunConfig::load(configs.join("shakespeare-bpe-cpu.toml")).unwrap();
-    bpe.validate().unwrap();
-    assert_eq!(bpe.model, char.model);
-    assert_eq!(bpe.train, char.train);
-    assert_eq!(bpe.data.source().unwrap(), char.data.source().unwrap());
-    assert_eq!(bpe.data.val_fraction, char.data.val_fraction);
-    assert_eq!(
-        (bpe.data.tokenizer, bpe.data.vocab_size),
-        (TokenizerKind::Bpe, 1024)
-    );
-}
-
-/// On tiny-shakespeare, a BPE run validates on exactly the char model's
-/// validation text, so their bits per character compare.
-#[test]
-fn real_shakespeare_bpe_validates_on_the_char_models_text() {
-    use headlab_data::{Dataset, Split};
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../datasets/tinyshakespeare/input.txt");
-    let text = std::fs::read_to_string(&path).unwrap();
-    let chars = Dataset::from_text(&text, TokenizerKind::Char, 0.1, "c").unwrap();
-    let bpe = Dataset::build(&text, TokenizerKind::Bpe, 1024, 0.1, "b").unwrap();
-    assert_eq!(bpe.tokenizer().vocab_size(), 1024);
-    for split in [Split::Train, Split::Val] {
-        assert_eq!(bpe.chars(split), chars.len(split));
-        assert_eq!(
-            bpe.tokenizer().decode(bpe.tokens(split)),
-            chars.tokenizer().decode(chars.tokens(split))
-        );
-    }
-    assert_eq!(bpe.chars(Split::Val), 111_540);
-    let ratio = bpe.chars_per_token(Split::Val);
-    assert!((2.0..3.0).contains(&ratio), "{ratio} chars per token");
 }

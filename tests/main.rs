@@ -1,6 +1,7 @@
 //! headlab's end-to-end tests, one binary (one link of Burn instead of seven): the `headlab`
 //! command on tiny configs, its errors, crash safety, BPE runs, head analysis and backend
-//! comparison. `headlab-bench`'s test lives with that binary (crates/bench).
+//! comparison. Each library's own tests sit beside its code or in its crate's tests/;
+//! `headlab-bench`'s in crates/bench/tests.
 
 mod common;
 
@@ -11,6 +12,5 @@ mod crash;
 mod docs;
 mod errors;
 mod heads;
-mod props;
 mod report;
 mod walk;

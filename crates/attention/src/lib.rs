@@ -20,11 +20,6 @@ pub mod reference;
 pub mod rope;
 pub mod sdpa;
 
-#[cfg(test)]
-mod testing;
-#[cfg(test)]
-mod tests;
-
 pub use error::AttentionConfigError;
 pub use mask::{MASKED_SCORE, causal_mask, padding_mask};
 pub use mha::{

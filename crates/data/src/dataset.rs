@@ -659,4 +659,26 @@ mod tests {
             })
         ));
     }
+
+    /// On tiny-shakespeare, a BPE run validates on exactly the char model's
+    /// validation text, so their bits per character compare.
+    #[test]
+    fn real_shakespeare_bpe_validates_on_the_char_models_text() {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../datasets/tinyshakespeare/input.txt");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let chars = Dataset::from_text(&text, TokenizerKind::Char, 0.1, "c").unwrap();
+        let bpe = Dataset::build(&text, TokenizerKind::Bpe, 1024, 0.1, "b").unwrap();
+        assert_eq!(bpe.tokenizer().vocab_size(), 1024);
+        for split in [Split::Train, Split::Val] {
+            assert_eq!(bpe.chars(split), chars.len(split));
+            assert_eq!(
+                bpe.tokenizer().decode(bpe.tokens(split)),
+                chars.tokenizer().decode(chars.tokens(split))
+            );
+        }
+        assert_eq!(bpe.chars(Split::Val), 111_540);
+        let ratio = bpe.chars_per_token(Split::Val);
+        assert!((2.0..3.0).contains(&ratio), "{ratio} chars per token");
+    }
 }

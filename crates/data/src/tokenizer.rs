@@ -1327,3 +1327,117 @@ mod tests {
         }
     }
 }
+
+/// Properties over random text: every tokenizer round-trips any text in its vocabulary, also
+/// after a save and load (as a run directory does).
+#[cfg(test)]
+mod props {
+    use std::sync::LazyLock;
+
+    use proptest::prelude::*;
+
+    use super::{Tokenizer, TokenizerKind};
+
+    /// Encodes, decodes, and does the same with the tokenizer written to disk and read back.
+    fn round_trips(tokenizer: &Tokenizer, text: &str) -> Result<(), TestCaseError> {
+        let ids = tokenizer
+            .encode(text)
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert!(ids.iter().all(|&i| (i as usize) < tokenizer.vocab_size()));
+        prop_assert_eq!(tokenizer.decode(&ids), text);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer.json");
+        tokenizer.save(&path).unwrap();
+        let loaded = Tokenizer::load(&path).unwrap();
+        prop_assert_eq!(loaded.vocab_size(), tokenizer.vocab_size());
+        prop_assert_eq!(loaded.encode(text).unwrap(), ids);
+        Ok(())
+    }
+
+    static BPE: LazyLock<Tokenizer> = LazyLock::new(|| {
+        let corpus = "the quick brown fox jumps over the lazy dog; héllo wörld ✓\n".repeat(20);
+        Tokenizer::train_bpe(&corpus, 300).unwrap()
+    });
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Any text made of the corpus's characters, in any order.
+        #[test]
+        fn char_tokenizer_round_trips_text_in_its_vocabulary(
+            corpus in "\\PC{1,40}",
+            picks in proptest::collection::vec(any::<prop::sample::Index>(), 0..60),
+        ) {
+            let tokenizer = Tokenizer::char_from_corpus(&corpus).unwrap();
+            let chars: Vec<char> = corpus.chars().collect();
+            let text: String = picks.iter().map(|i| chars[i.index(chars.len())]).collect();
+            round_trips(&tokenizer, &text)?;
+        }
+
+        #[test]
+        fn byte_and_bpe_tokenizers_round_trip_any_text(text in any::<String>()) {
+            round_trips(&Tokenizer::byte(), &text)?;
+            round_trips(&BPE, &text)?;
+        }
+    }
+
+    /// Byte-level BPE trained on the built-in grammar corpus: lossless on any UTF-8, and
+    /// deterministic.
+    static CORPUS: LazyLock<String> = LazyLock::new(|| crate::corpus::grammar(3, 20_000));
+    static GRAMMAR_BPE: LazyLock<Tokenizer> =
+        LazyLock::new(|| Tokenizer::train_bpe(&CORPUS, 400).expect("BPE trains"));
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        /// Any UTF-8, mostly never seen in training: no unknown tokens, exact round trip.
+        #[test]
+        fn any_utf8_round_trips(s in any::<String>()) {
+            let ids = GRAMMAR_BPE.encode(&s).unwrap();
+            prop_assert!(ids.iter().all(|&i| (i as usize) < GRAMMAR_BPE.vocab_size()));
+            prop_assert!(ids.len() <= s.len());
+            prop_assert_eq!(GRAMMAR_BPE.char_count(&ids), s.chars().count());
+            prop_assert_eq!(GRAMMAR_BPE.decode(&ids), s);
+        }
+
+        /// Text like the corpus (so merges apply), with foreign characters mixed in.
+        #[test]
+        fn corpus_like_text_round_trips(
+            s in r"[a-z ,.\n]{0,120}( ?[é€🙂\r\t\x00]{0,3}[a-z ]{0,20}){0,4}"
+        ) {
+            let ids = GRAMMAR_BPE.encode(&s).unwrap();
+            prop_assert_eq!(GRAMMAR_BPE.decode(&ids), s.clone());
+            let bytes: Vec<u8> = ids.iter().flat_map(|&i| GRAMMAR_BPE.decode_token_bytes(&[i])).collect();
+            prop_assert_eq!(bytes, s.as_bytes().to_vec());
+        }
+    }
+
+    #[test]
+    fn bpe_compresses_the_text_it_was_trained_on() {
+        assert_eq!(GRAMMAR_BPE.kind(), TokenizerKind::Bpe);
+        assert_eq!(GRAMMAR_BPE.vocab_size(), 400);
+        let ids = GRAMMAR_BPE.encode(&CORPUS).unwrap();
+        let ratio = CORPUS.chars().count() as f64 / ids.len() as f64;
+        assert!(ratio > 2.5, "only {ratio:.2} chars per token");
+        assert_eq!(GRAMMAR_BPE.char_count(&ids), CORPUS.chars().count());
+    }
+
+    #[test]
+    fn same_corpus_and_vocab_size_give_an_identical_tokenizer_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let save = |t: &Tokenizer, name: &str| {
+            let path = dir.path().join(name);
+            t.save(&path).unwrap();
+            std::fs::read(&path).unwrap()
+        };
+        let a = save(&Tokenizer::train_bpe(&CORPUS, 400).unwrap(), "a.json");
+        let b = save(&Tokenizer::train_bpe(&CORPUS, 400).unwrap(), "b.json");
+        assert!(a == b, "two trainings differ");
+        assert_eq!(a, save(&GRAMMAR_BPE, "c.json"));
+        let loaded = Tokenizer::load(dir.path().join("a.json")).unwrap();
+        assert_eq!(&loaded, &*GRAMMAR_BPE);
+        assert_eq!(save(&loaded, "d.json"), a, "load + save changes the file");
+        let other = save(&Tokenizer::train_bpe(&CORPUS, 350).unwrap(), "e.json");
+        assert_ne!(other, a);
+    }
+}

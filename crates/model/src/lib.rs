@@ -18,9 +18,6 @@ pub mod generate;
 pub mod gpt;
 pub mod io;
 
-#[cfg(test)]
-mod tests;
-
 pub use block::{Block, BlockOptions, BlockOutput, LayerCache, Mlp};
 pub use config::{Gelu, GptConfig, GptConfigError, Norm, Positional};
 pub use generate::{Decoder, GenerateError, Sampling};

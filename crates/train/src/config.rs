@@ -1030,4 +1030,56 @@ mod tests {
         assert_eq!(closest("n_head", &["n_heads", "n_layers"]), Some("n_heads"));
         assert_eq!(closest("zzz", &["n_heads", "n_layers"]), None);
     }
+
+    #[test]
+    fn the_shipped_bpe_recipe_is_the_char_recipe_with_bpe_tokens() {
+        let configs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs");
+        let char = RunConfig::load(configs.join("shakespeare-char-cpu.toml")).unwrap();
+        let bpe = RunConfig::load(configs.join("shakespeare-bpe-cpu.toml")).unwrap();
+        bpe.validate().unwrap();
+        assert_eq!(bpe.model, char.model);
+        assert_eq!(bpe.train, char.train);
+        assert_eq!(bpe.data.source().unwrap(), char.data.source().unwrap());
+        assert_eq!(bpe.data.val_fraction, char.data.val_fraction);
+        assert_eq!(
+            (bpe.data.tokenizer, bpe.data.vocab_size),
+            (headlab_data::TokenizerKind::Bpe, 1024)
+        );
+    }
+}
+
+/// `--set` over random input: an error or a change, never a panic.
+#[cfg(test)]
+mod props {
+    use proptest::prelude::*;
+
+    use super::RunConfig;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// Arbitrary `--set` arguments, and arbitrary values for real keys: an error or a change,
+            /// never a panic; a failed `--set` leaves the config as it was.
+            #[test]
+            fn set_never_panics(
+                arg in any::<String>(),
+                key in prop::sample::select(vec![
+                    "model.d_model", "model.n_kv_heads", "model.positional", "model.dropout",
+                    "train.lr", "train.max_iters", "train.backend", "data.path", "data.builtin",
+                    "data.tokenizer", "model", "train.", ".lr", "",
+                ]),
+                value in any::<String>(),
+            ) {
+                for assignment in [arg, format!("{key}={value}")] {
+                    let mut config = RunConfig::default();
+                    if config.apply_set(&assignment).is_err() {
+                        prop_assert_eq!(&config, &RunConfig::default());
+                    } else {
+                        // Whatever was accepted validates or says why, and serialises.
+                        let _ = config.validate();
+                        prop_assert!(config.to_toml_string().is_ok());
+                    }
+                }
+            }
+    }
 }

@@ -1,14 +1,15 @@
-//! Tests of the attention module against independent references, on every backend.
+//! Multi-head attention against independent references (a per-head loop, f64 math), on every
+//! backend.
 
 use burn::module::{Module, Param};
 use burn::tensor::{Device, Tensor, TensorData};
 use headlab_kernels::to_host;
 use rand::rngs::StdRng;
 
-use crate::mha::{AttentionOptions, MultiHeadAttention, MultiHeadAttentionConfig};
-use crate::reference::{HostAttention, per_head_loop};
-use crate::testing::*;
-use crate::{AttentionConfigError, padding_mask};
+use crate::common::*;
+use headlab_attention::mha::{AttentionOptions, MultiHeadAttention, MultiHeadAttentionConfig};
+use headlab_attention::reference::{HostAttention, per_head_loop};
+use headlab_attention::{AttentionConfigError, padding_mask};
 
 /// A module with random O(1) weights and biases, so differences are not hidden by GPT-2's
 /// tiny initialisation.
@@ -124,7 +125,7 @@ fn equals_burn_multi_head_attention_with_copied_weights() {
         burns.output = ours.o_proj.clone();
 
         let x = random_tensor(&mut rng, [b, t, d], &device);
-        let causal = crate::causal_mask(t, t, &device)
+        let causal = headlab_attention::causal_mask(t, t, &device)
             .unsqueeze::<3>()
             .expand([b, t, t]);
         let input = burn::nn::attention::MhaInput::self_attn(x.clone()).mask_attn(causal);
