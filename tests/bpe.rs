@@ -12,7 +12,7 @@ use headlab_data::{Tokenizer, TokenizerKind};
 use headlab_kernels::BackendKind;
 use headlab_train::run::RunDir;
 
-use crate::common::{headlab, ok};
+use crate::common::{TINY_MODEL, headlab, ok};
 
 /// The grammar text every run here trains on.
 static CORPUS: LazyLock<String> = LazyLock::new(|| grammar(3, 20_000));
@@ -40,28 +40,17 @@ fn train_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         "--set",
         "data.vocab_size=320",
         "--set",
-        "model.block_size=16",
-        "--set",
-        "model.d_model=32",
-        "--set",
-        "model.n_layers=2",
-        "--set",
-        "model.n_heads=2",
-        "--set",
-        "train.batch_size=8",
-        "--set",
         "train.eval_iters=4",
         "--set",
         "train.warmup_iters=5",
         "--set",
         "train.sample_tokens=20",
         "--set",
-        "train.track_heads_every=0",
-        "--set",
         "train.max_iters=20",
         "--set",
         "train.eval_interval=10",
     ];
+    args.extend_from_slice(TINY_MODEL);
     args.extend_from_slice(extra);
     args
 }

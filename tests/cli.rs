@@ -1,38 +1,29 @@
 //! End-to-end tests of the `headlab` binary on tiny configs (seconds each, on flex).
 
 use std::path::Path;
+use std::sync::LazyLock;
 
-use crate::common::{headlab, headlab_env, ok};
+use crate::common::{headlab, headlab_env, ok, tiny};
 
-/// A 2-layer, 2-head model small enough to train in a few seconds.
-const TINY: &[&str] = &[
-    "--set",
-    "model.block_size=16",
-    "--set",
-    "model.d_model=32",
-    "--set",
-    "model.n_layers=2",
-    "--set",
-    "model.n_heads=2",
-    "--set",
-    "train.batch_size=8",
-    "--set",
-    "train.eval_iters=4",
-    "--set",
-    "train.log_interval=1",
-    "--set",
-    "train.warmup_iters=5",
-    "--set",
-    "train.sample_tokens=40",
-    "--set",
-    "train.track_heads_every=0",
-    "--set",
-    "data.builtin_chars=20000",
-];
+/// The tests' tiny model (tests/common) with this file's schedule and data.
+static TINY: LazyLock<Vec<&str>> = LazyLock::new(|| {
+    tiny(&[
+        "--set",
+        "train.eval_iters=4",
+        "--set",
+        "train.log_interval=1",
+        "--set",
+        "train.warmup_iters=5",
+        "--set",
+        "train.sample_tokens=40",
+        "--set",
+        "data.builtin_chars=20000",
+    ])
+});
 
 fn train(dir: &Path, out: &str, extra: &[&str]) -> String {
     let mut args = vec!["train", "--out", out];
-    args.extend_from_slice(TINY);
+    args.extend_from_slice(&TINY);
     args.extend_from_slice(extra);
     ok(&headlab(&args, dir))
 }
@@ -318,7 +309,7 @@ fn char_prompt_outside_the_vocabulary_is_a_clear_error() {
 fn without_out_a_new_run_gets_a_fresh_directory_and_never_overwrites() {
     let dir = tempfile::tempdir().unwrap();
     let mut args = vec!["train"];
-    args.extend_from_slice(TINY);
+    args.extend_from_slice(&TINY);
     args.extend_from_slice(&[
         "--set",
         "train.max_iters=2",
@@ -389,7 +380,7 @@ fn trained_on(checkpoint: &Path) -> (String, Option<String>) {
 fn a_wgpu_run_names_its_adapter() {
     let dir = tempfile::tempdir().unwrap();
     let mut args = vec!["train", "--out", "run"];
-    args.extend_from_slice(TINY);
+    args.extend_from_slice(&TINY);
     let short = ["train.max_iters=2", "train.eval_iters=1"];
     args.extend(["--backend", "wgpu", "--set", short[0], "--set", short[1]]);
     let out = headlab(&args, dir.path());

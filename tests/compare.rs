@@ -3,34 +3,33 @@
 //! reports, and each deliberately wrong kernel caught and placed.
 
 use std::path::{Path, PathBuf};
+use std::sync::LazyLock;
 
-use crate::common::{headlab_env, ok};
+use crate::common::{headlab_env, ok, tiny};
 
-/// Small enough that lavapipe compiles its kernels in under a minute.
-const TINY: &[&str] = &[
-    "--set",
-    "model.block_size=16",
-    "--set",
-    "model.d_model=24",
-    "--set",
-    "model.n_layers=1",
-    "--set",
-    "model.n_heads=2",
-    "--set",
-    "train.batch_size=4",
-    "--set",
-    "train.lr=1e-2",
-    "--set",
-    "train.warmup_iters=2",
-    // Two micro-batches per step: compare must accumulate as train does.
-    "--set",
-    "train.grad_accum=2",
-    "--set",
-    "data.builtin_chars=5000",
-    // The schedule's length: compare takes the first `--steps` steps of this run.
-    "--set",
-    "train.max_iters=8",
-];
+/// The tests' tiny model (tests/common) with this file's schedule and data.
+static TINY: LazyLock<Vec<&str>> = LazyLock::new(|| {
+    tiny(&[
+        "--set",
+        "model.d_model=24",
+        "--set",
+        "model.n_layers=1",
+        "--set",
+        "train.batch_size=4",
+        "--set",
+        "train.lr=1e-2",
+        "--set",
+        "train.warmup_iters=2",
+        // Two micro-batches per step: compare must accumulate as train does.
+        "--set",
+        "train.grad_accum=2",
+        "--set",
+        "data.builtin_chars=5000",
+        // The schedule's length: compare takes the first `--steps` steps of this run.
+        "--set",
+        "train.max_iters=8",
+    ])
+});
 const STEPS: usize = 8;
 /// Kernel autotuning is what makes wgpu's first step slow on lavapipe; timings are not
 /// checked here.
@@ -62,7 +61,7 @@ fn backends_start_identical_agree_within_tolerance_and_match_train() {
         "--out",
         "cmp",
     ];
-    args.extend_from_slice(TINY);
+    args.extend_from_slice(&TINY);
     let table = ok(&headlab_env(&args, dir, ENV));
     let report = json(&dir.join("cmp/compare.json"));
     assert_eq!(report["reference"], "flex");
@@ -124,7 +123,7 @@ fn backends_start_identical_agree_within_tolerance_and_match_train() {
         "--set",
         "train.sample_tokens=10",
     ];
-    args.extend_from_slice(TINY);
+    args.extend_from_slice(&TINY);
     ok(&headlab_env(&args, dir, &[]));
     let csv = std::fs::read_to_string(dir.join("run/metrics.csv")).unwrap();
     let trained: Vec<f64> = csv
@@ -411,7 +410,7 @@ fn wgpu_starts_without_xdg_runtime_dir_quietly() {
         "--out",
         "cmp",
     ];
-    args.extend_from_slice(TINY);
+    args.extend_from_slice(&TINY);
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_headlab"))
         .args(&args)
         .current_dir(tmp.path())

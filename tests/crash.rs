@@ -8,38 +8,31 @@ use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::LazyLock;
 use std::sync::mpsc;
 use std::time::Duration;
 
-/// A 2-layer, 2-head model; 60 steps with a checkpoint every 5 take about a second.
-const TINY: &[&str] = &[
-    "--set",
-    "model.block_size=16",
-    "--set",
-    "model.d_model=32",
-    "--set",
-    "model.n_layers=2",
-    "--set",
-    "model.n_heads=2",
-    "--set",
-    "train.batch_size=8",
-    "--set",
-    "train.eval_iters=2",
-    "--set",
-    "train.log_interval=1",
-    "--set",
-    "train.warmup_iters=5",
-    "--set",
-    "train.eval_interval=5",
-    "--set",
-    "train.lr_decay_iters=60",
-    "--set",
-    "train.sample_tokens=10",
-    "--set",
-    "train.track_heads_every=0",
-    "--set",
-    "data.builtin_chars=20000",
-];
+use crate::common::tiny;
+
+/// The tests' tiny model (tests/common) with this file's schedule and data.
+static TINY: LazyLock<Vec<&str>> = LazyLock::new(|| {
+    tiny(&[
+        "--set",
+        "train.eval_iters=2",
+        "--set",
+        "train.log_interval=1",
+        "--set",
+        "train.warmup_iters=5",
+        "--set",
+        "train.eval_interval=5",
+        "--set",
+        "train.lr_decay_iters=60",
+        "--set",
+        "train.sample_tokens=10",
+        "--set",
+        "data.builtin_chars=20000",
+    ])
+});
 
 /// Steps of the SIGKILL test's runs.
 const MAX_ITERS: usize = 60;
@@ -65,7 +58,7 @@ fn ok(out: Output) -> String {
 
 fn train_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["train", "--out", out];
-    args.extend_from_slice(TINY);
+    args.extend_from_slice(&TINY);
     args.extend_from_slice(extra);
     args
 }

@@ -85,7 +85,7 @@ fn fails(dir: &Path, args: &[&str], parts: &[&str]) -> String {
 /// `train --out run` with TINY and `extra`.
 fn train_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec!["train", "--out", "run"];
-    args.extend_from_slice(TINY);
+    args.extend_from_slice(&TINY);
     args.extend_from_slice(extra);
     args
 }
@@ -93,7 +93,7 @@ fn train_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
 /// A finished tiny run in `dir/name`.
 fn trained(dir: &Path, name: &str) -> PathBuf {
     let mut args = vec!["train", "--out", name];
-    args.extend_from_slice(TINY);
+    args.extend_from_slice(&TINY);
     let out = headlab(&args, dir);
     assert!(
         out.status.success(),
@@ -287,7 +287,7 @@ fn run_and_checkpoint_errors_name_the_file_and_change_nothing() {
     let run = trained(dir, "g");
     // Already exists.
     let mut again = vec!["train", "--out", "g"];
-    again.extend_from_slice(TINY);
+    again.extend_from_slice(&TINY);
     fails(dir, &again, &["g already exists", "--force", "--resume g"]);
 
     let last = run.join("last");
@@ -535,7 +535,7 @@ fn export_errors_name_the_key_or_folder_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut args = vec!["train", "--out", "rope"];
-    args.extend_from_slice(TINY);
+    args.extend_from_slice(&TINY);
     args.extend_from_slice(&["--set", "model.positional=rope"]);
     let out = headlab(&args, dir);
     assert!(

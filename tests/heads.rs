@@ -1,25 +1,15 @@
 //! End-to-end tests of `headlab heads` and `headlab lab`: the head table, the pictures, and
 //! the HTML explorer rendered in headless Chromium.
 
-use crate::common::{chromium, headlab, ok, render};
+use crate::common::{chromium, headlab, ok, render, tiny};
 
 #[test]
 fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
     let dir = tempfile::tempdir().unwrap();
-    let train = [
-        "train",
-        "--out",
-        "g",
+    let mut train = vec!["train", "--out", "g"];
+    train.extend(tiny(&[
         "--set",
         "model.block_size=24",
-        "--set",
-        "model.d_model=32",
-        "--set",
-        "model.n_layers=2",
-        "--set",
-        "model.n_heads=2",
-        "--set",
-        "train.batch_size=8",
         "--set",
         "train.max_iters=30",
         "--set",
@@ -32,7 +22,7 @@ fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
         "train.track_heads_every=10",
         "--set",
         "data.builtin_chars=20000",
-    ];
+    ]));
     ok(&headlab(&train, dir.path()));
     let run = dir.path().join("g");
     // Tracking wrote one row per head at steps 0, 10, 20, 30.
@@ -137,22 +127,14 @@ fn lag_two_text() -> String {
 fn ablating_a_head_moves_the_loss_as_much_as_the_head_matters() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("lag2.txt"), lag_two_text()).unwrap();
-    let train = [
-        "train",
-        "--out",
-        "p",
-        "--seed",
-        "2",
+    let mut train = vec!["train", "--out", "p", "--seed", "2"];
+    train.extend(tiny(&[
         "--set",
         "data.path=lag2.txt",
         "--set",
         "model.block_size=24",
         "--set",
-        "model.d_model=32",
-        "--set",
         "model.n_layers=1",
-        "--set",
-        "model.n_heads=2",
         "--set",
         "train.batch_size=16",
         "--set",
@@ -165,9 +147,7 @@ fn ablating_a_head_moves_the_loss_as_much_as_the_head_matters() {
         "train.eval_iters=2",
         "--set",
         "train.sample_tokens=10",
-        "--set",
-        "train.track_heads_every=0",
-    ];
+    ]));
     ok(&headlab(&train, dir.path()));
     let table = ok(&headlab(&["heads", "p"], dir.path()));
     let json: serde_json::Value = serde_json::from_str(
@@ -204,24 +184,14 @@ fn heads_work_on_a_bpe_run_and_label_tokens_with_visible_whitespace() {
     let dir = tempfile::tempdir().unwrap();
     let text = "the spy with binoculars follows the detective. ".repeat(200);
     std::fs::write(dir.path().join("t.txt"), text).unwrap();
-    let train = [
-        "train",
-        "--out",
-        "b",
+    let mut train = vec!["train", "--out", "b"];
+    train.extend(tiny(&[
         "--set",
         "data.path=t.txt",
         "--set",
         "data.tokenizer=bpe",
         "--set",
         "data.vocab_size=300",
-        "--set",
-        "model.block_size=16",
-        "--set",
-        "model.d_model=32",
-        "--set",
-        "model.n_layers=2",
-        "--set",
-        "model.n_heads=2",
         "--set",
         "train.batch_size=4",
         "--set",
@@ -234,7 +204,7 @@ fn heads_work_on_a_bpe_run_and_label_tokens_with_visible_whitespace() {
         "train.sample_tokens=5",
         "--set",
         "train.track_heads_every=10",
-    ];
+    ]));
     ok(&headlab(&train, dir.path()));
     let table = ok(&headlab(
         &["heads", "b", "--text", "the spy follows the detective."],
@@ -331,20 +301,14 @@ fn a_short_lab_induction_run_forms_an_induction_head() {
 #[test]
 fn an_exported_and_reimported_run_has_the_same_loss_and_head_scores() {
     let dir = tempfile::tempdir().unwrap();
-    let train = [
-        "train",
-        "--out",
-        "g",
+    let mut train = vec!["train", "--out", "g"];
+    train.extend(tiny(&[
         "--set",
         "model.block_size=24",
-        "--set",
-        "model.d_model=32",
         "--set",
         "model.n_heads=4",
         "--set",
         "model.bias=false",
-        "--set",
-        "train.batch_size=8",
         "--set",
         "train.max_iters=30",
         "--set",
@@ -354,10 +318,8 @@ fn an_exported_and_reimported_run_has_the_same_loss_and_head_scores() {
         "--set",
         "train.sample_tokens=10",
         "--set",
-        "train.track_heads_every=0",
-        "--set",
         "data.builtin_chars=20000",
-    ];
+    ]));
     ok(&headlab(&train, dir.path()));
     ok(&headlab(&["export", "hf", "g", "--out", "hf"], dir.path()));
     ok(&headlab(

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use headlab_heads::MapHistory;
 
-use crate::common::{chromium, headlab, ok, render};
+use crate::common::{TINY_MODEL, chromium, headlab, ok, render};
 
 const GUARD: &str = include_str!("assets/report-guard.js");
 const DRIVE: &str = include_str!("assets/report-drive.js");
@@ -31,10 +31,6 @@ fn tracked_run(dir: &Path, text: &str) -> std::path::PathBuf {
     std::fs::write(dir.join("page.txt"), text).unwrap();
     let sets = [
         "model.block_size=32",
-        "model.d_model=32",
-        "model.n_layers=2",
-        "model.n_heads=2",
-        "train.batch_size=8",
         "train.max_iters=180",
         "train.eval_interval=60",
         "train.lr=1e-2",
@@ -45,6 +41,7 @@ fn tracked_run(dir: &Path, text: &str) -> std::path::PathBuf {
         "data.path=page.txt",
     ];
     let mut args = vec!["train", "--out", "run"];
+    args.extend_from_slice(TINY_MODEL);
     for set in &sets {
         args.extend(["--set", set]);
     }

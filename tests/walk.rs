@@ -7,7 +7,7 @@ use crate::common::{TINY, headlab, ok};
 
 fn train(dir: &Path, name: &str, extra: &[&str]) -> (PathBuf, String) {
     let mut args = vec!["train", "--out", name];
-    args.extend_from_slice(TINY);
+    args.extend_from_slice(&TINY);
     args.extend_from_slice(extra);
     let out = headlab(&args, dir);
     ok(&out);

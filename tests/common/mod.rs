@@ -3,10 +3,12 @@
 use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-/// `--set`s of a 2-layer, 2-head model that trains in well under a second.
-pub const TINY: &[&str] = &[
+/// The model every end-to-end test trains, as `--set`s: 2 layers, 2 heads of d_k 16, 16
+/// positions, batches of 8, no head tracking. Files add their schedule with [`tiny`].
+pub const TINY_MODEL: &[&str] = &[
     "--set",
     "model.block_size=16",
     "--set",
@@ -18,20 +20,32 @@ pub const TINY: &[&str] = &[
     "--set",
     "train.batch_size=8",
     "--set",
-    "train.eval_iters=2",
-    "--set",
-    "train.warmup_iters=2",
-    "--set",
-    "train.max_iters=4",
-    "--set",
-    "train.eval_interval=2",
-    "--set",
-    "train.sample_tokens=10",
-    "--set",
     "train.track_heads_every=0",
-    "--set",
-    "data.builtin_chars=4000",
 ];
+
+/// [`TINY_MODEL`] followed by `sets` (a later `--set` of the same key wins).
+pub fn tiny(sets: &[&'static str]) -> Vec<&'static str> {
+    TINY_MODEL.iter().chain(sets).copied().collect()
+}
+
+/// [`TINY_MODEL`] with a 4-step schedule on 4,000 characters: trains in well under a second.
+#[allow(dead_code)] // Not every test file uses it.
+pub static TINY: LazyLock<Vec<&str>> = LazyLock::new(|| {
+    tiny(&[
+        "--set",
+        "train.eval_iters=2",
+        "--set",
+        "train.warmup_iters=2",
+        "--set",
+        "train.max_iters=4",
+        "--set",
+        "train.eval_interval=2",
+        "--set",
+        "train.sample_tokens=10",
+        "--set",
+        "data.builtin_chars=4000",
+    ])
+});
 
 /// Runs `headlab args` in `cwd` (which also serves as `XDG_RUNTIME_DIR`, quieting wgpu).
 #[allow(dead_code)] // Each test crate uses its own subset.
