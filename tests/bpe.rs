@@ -2,6 +2,7 @@
 //! with the run and reloaded by every command, and bits per character that compare across
 //! tokenizers.
 
+use headlab_kernels::to_host;
 use std::process::Output;
 use std::sync::LazyLock;
 
@@ -66,11 +67,7 @@ fn nats_by_hand(model: &headlab_model::Gpt, tokens: &[u32], t: usize) -> f64 {
         let x = &tokens[start..start + len];
         let y = &tokens[start + 1..start + 1 + len];
         let (x, _) = batch_tensors(x, y, 1, len, &device);
-        let logits: Vec<f32> = model
-            .forward(x)
-            .into_data()
-            .try_into_vec_as::<f32>()
-            .unwrap();
+        let logits: Vec<f32> = to_host::<f32, _>(model.forward(x));
         let v = logits.len() / len;
         for (row, &target) in logits.chunks(v).zip(y) {
             let max = row.iter().fold(f64::NEG_INFINITY, |m, &l| m.max(l as f64));

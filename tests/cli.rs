@@ -117,33 +117,19 @@ fn train_writes_a_run_whose_loss_falls_and_prints_a_sample() {
     assert_eq!(std::fs::read(run.join("metrics.csv")).unwrap(), before);
 
     // sample and eval read the run.
-    let text = ok(&headlab(
-        &[
-            "sample",
-            "run",
-            "--prompt",
-            "the ",
-            "--max-new-tokens",
-            "30",
-            "--seed",
-            "3",
-        ],
-        dir.path(),
-    ));
+    let sample = [
+        "sample",
+        "run",
+        "--prompt",
+        "the ",
+        "--max-new-tokens",
+        "30",
+        "--seed",
+        "3",
+    ];
+    let text = ok(&headlab(&sample, dir.path()));
     assert!(text.starts_with("the ") && text.len() > 30, "{text:?}");
-    let again = ok(&headlab(
-        &[
-            "sample",
-            "run",
-            "--prompt",
-            "the ",
-            "--max-new-tokens",
-            "30",
-            "--seed",
-            "3",
-        ],
-        dir.path(),
-    ));
+    let again = ok(&headlab(&sample, dir.path()));
     assert_eq!(text, again, "same seed, different sample");
     let eval = ok(&headlab(&["eval", "run"], dir.path()));
     let loss: f64 = eval

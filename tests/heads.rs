@@ -1,7 +1,10 @@
 //! End-to-end tests of `headlab heads` and `headlab lab`: the head table, the pictures, and
 //! the HTML explorer rendered in headless Chromium.
 
+use std::path::Path;
+
 use crate::common::{chromium, headlab, ok, render, tiny};
+use headlab_kernels::to_host;
 
 #[test]
 fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
@@ -410,14 +413,7 @@ fn a_short_lab_heads_table_comes_from_its_runs_and_repeats() {
     };
     ok(&headlab(&args("a"), dir.path()));
     ok(&headlab(&args("b"), dir.path()));
-    let table = |out: &str| {
-        let summary = std::fs::read_to_string(dir.path().join(out).join("summary.md")).unwrap();
-        summary
-            .lines()
-            .filter(|l| l.starts_with('|'))
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-    };
+    let table = |out: &str| summary_table(&dir.path().join(out));
     let (a, b) = (table("a"), table("b"));
     assert!(a.len() > 6, "{a:?}");
     assert_eq!(a, b, "the same seeds gave different tables");
@@ -457,12 +453,7 @@ fn a_short_lab_heads_table_comes_from_its_runs_and_repeats() {
                 TensorData::new(window.iter().map(|&t| i64::from(t)).collect(), [1, block]),
                 &device,
             );
-            let logits = trained
-                .model
-                .forward(input)
-                .into_data()
-                .try_to_vec::<f32>()
-                .unwrap();
+            let logits = to_host::<f32, _>(trained.model.forward(input));
             let vocab = logits.len() / block;
             // Position p predicts p + 1, whose sources are 2 and 6 back from it.
             for p in 5..block - 1 {
@@ -499,13 +490,7 @@ fn a_short_lab_heads_table_comes_from_its_runs_and_repeats() {
                 head_mask: Some(mask.clone()),
                 ..Default::default()
             };
-            let logits = trained
-                .model
-                .forward_with(input, options)
-                .logits
-                .into_data()
-                .try_to_vec::<f32>()
-                .unwrap();
+            let logits = to_host::<f32, _>(trained.model.forward_with(input, options).logits);
             let vocab = logits.len() / block;
             for p in 5..block - 1 {
                 let row = &logits[p * vocab..(p + 1) * vocab];
@@ -553,14 +538,7 @@ fn a_short_lab_ambiguity_table_comes_from_its_run_and_repeats() {
     };
     ok(&headlab(&args("a"), dir.path()));
     ok(&headlab(&args("b"), dir.path()));
-    let table = |out: &str| {
-        let summary = std::fs::read_to_string(dir.path().join(out).join("summary.md")).unwrap();
-        summary
-            .lines()
-            .filter(|l| l.starts_with('|'))
-            .map(str::to_string)
-            .collect::<Vec<_>>()
-    };
+    let table = |out: &str| summary_table(&dir.path().join(out));
     let (a, b) = (table("a"), table("b"));
     assert_eq!(a, b, "the same seed gave different tables");
 
@@ -587,12 +565,7 @@ fn a_short_lab_ambiguity_table_comes_from_its_run_and_repeats() {
             TensorData::new(ids.iter().map(|&i| i64::from(i)).collect(), [1, t]),
             &device,
         );
-        let logits = trained
-            .model
-            .forward(input)
-            .into_data()
-            .try_to_vec::<f32>()
-            .unwrap();
+        let logits = to_host::<f32, _>(trained.model.forward(input));
         let vocab = logits.len() / t;
         let at = |id: usize| f64::from(logits[and * vocab + id]).exp();
         let singular: f64 = HOLD_VERBS.iter().map(|v| at(first(v.singular))).sum();
@@ -610,4 +583,14 @@ fn a_short_lab_ambiguity_table_comes_from_its_run_and_repeats() {
         (measured - listed).abs() < 1e-3,
         "{measured} vs {listed}: {row}"
     );
+}
+
+/// The table rows (`| ... |` lines) of a lab's `summary.md` in `out`.
+fn summary_table(out: &Path) -> Vec<String> {
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    summary
+        .lines()
+        .filter(|l| l.starts_with('|'))
+        .map(str::to_string)
+        .collect()
 }

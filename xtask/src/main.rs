@@ -4,6 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+mod architecture;
+
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
 
@@ -32,6 +34,14 @@ enum Task {
     /// every shared dependency the same features, so the second builds no dependency the first
     /// built. A difference is fixed in crates/workspace-hack/Cargo.toml.
     Features,
+    /// Checks that docs/architecture.md's crate diagram is the crate graph of `cargo metadata`
+    /// and that no crate holds more than a quarter of the workspace's Rust lines; with
+    /// --write, redraws the diagram.
+    Architecture {
+        /// Redraw the diagram in docs/architecture.md instead of checking it.
+        #[arg(long)]
+        write: bool,
+    },
 }
 
 /// `cargo xtask interop`.
@@ -145,8 +155,14 @@ fn run(cmd: &mut Command) -> Result<()> {
     Ok(())
 }
 
+/// The workspace root of the checkout being worked on: cargo sets `CARGO_MANIFEST_DIR` when it
+/// runs xtask or its tests, so a binary built in another checkout that shares the target dir
+/// (and was not rebuilt, its sources being the same) still works on this one.
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")))
+        .join("..")
 }
 
 /// `cargo xtask bench`.
@@ -442,7 +458,30 @@ fn main() -> Result<()> {
         Task::Bench(args) => bench(args),
         Task::Interop(args) => interop(args),
         Task::Features => features(),
+        Task::Architecture { write } => architecture_task(write),
     }
+}
+
+/// `cargo xtask architecture [--write]`.
+fn architecture_task(write: bool) -> Result<()> {
+    let root = root();
+    let crates = architecture::crates(&root)?;
+    if write {
+        let path = root.join(architecture::DOC);
+        let doc = std::fs::read_to_string(&path).context("reading docs/architecture.md")?;
+        let drawn = architecture::with_diagram(&doc, &architecture::diagram(&crates)?)?;
+        std::fs::write(&path, drawn).context("writing docs/architecture.md")?;
+        println!("redrew the crate diagram in {}", architecture::DOC);
+    }
+    for (name, lines, share) in architecture::shares(&root, &crates)? {
+        println!("{name:<26}{lines:>6} lines  {:>5.1}%", share * 100.0);
+    }
+    let problems = architecture::check(&root)?;
+    if !problems.is_empty() {
+        bail!("{}", problems.join("\n"));
+    }
+    println!("the crate diagram matches cargo metadata; no crate above 25% of the lines");
+    Ok(())
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@
 //!
 //! `headlab-bench --help` lists the arguments.
 
+use headlab_kernels::to_host;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -353,11 +354,7 @@ fn generate(model: &Gpt, new: usize, cache: bool, device: &Device) -> usize {
                 Tensor::<2, Int>::from_data(TensorData::new(ids, [1, window.len()]), device);
             let logits = model.forward(input);
             let [_, t, v] = logits.dims();
-            let last: Vec<f32> = logits
-                .slice([0..1, t - 1..t, 0..v])
-                .into_data()
-                .try_into_vec_as::<f32>()
-                .expect("logits");
+            let last: Vec<f32> = to_host::<f32, _>(logits.slice([0..1, t - 1..t, 0..v]));
             window.push(argmax(&last));
         }
         window.len()

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::Args;
-use headlab_compare::{compare, compare_markdown, write_compare};
+use headlab_compare::{Comparison, compare, compare_markdown, write_compare};
 use headlab_kernels::BackendKind;
 use headlab_train::run::RunDir;
 
@@ -91,14 +91,14 @@ pub fn run(args: CompareArgs) -> Result<()> {
         }
         None => fresh_run_dir(&format!("compare-{name}")),
     };
-    let report = compare(
+    let comparison = Comparison {
         config,
-        &backends,
-        args.steps,
-        &out,
-        init.as_deref(),
+        steps: args.steps,
+        out: &out,
+        init_from: init.as_deref(),
         tokenizer,
-    )?;
+    };
+    let report = compare(comparison, &backends)?;
     write_compare(&report, &out)?;
     print!("{}", compare_markdown(&report));
     eprintln!(

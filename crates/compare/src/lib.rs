@@ -356,26 +356,31 @@ impl Candidate {
     }
 }
 
-/// Compares `backends` (the first that runs is the reference for the worst-case tolerance).
-/// `out` receives the shared initialisation, `init.safetensors`; the report is returned for
-/// `headlab-report` to write.
+/// What to compare: a run config, how many training steps, where the shared initialisation
+/// goes, and optionally its weights and a run's own tokenizer.
+#[derive(Debug)]
+pub struct Comparison<'a> {
+    /// The model, data and schedule (dropout is turned off).
+    pub config: RunConfig,
+    /// Training steps each backend takes (at least 1).
+    pub steps: usize,
+    /// Receives the shared initialisation, `init.safetensors`.
+    pub out: &'a Path,
+    /// Weights to start from instead of a seeded initialisation.
+    pub init_from: Option<&'a Path>,
+    /// A run's own tokenizer (an imported model's vocabulary is not its text's characters).
+    pub tokenizer: Option<Tokenizer>,
+}
+
+/// Compares `backends` (the first that runs is the reference for the worst-case tolerance);
+/// the report is returned for [`write_compare`].
 pub fn compare(
-    config: RunConfig,
+    comparison: Comparison<'_>,
     backends: &[BackendKind],
-    steps: usize,
-    out: &Path,
-    init_from: Option<&Path>,
-    tokenizer: Option<Tokenizer>,
 ) -> Result<CompareReport, CompareError> {
-    // Everything that can be checked is, before any backend starts.
-    let config = checked(config, steps)?;
-    if let Some(path) = init_from
-        && !path.is_file()
-    {
-        return Err(CompareError::InitMissing(path.to_path_buf()));
-    }
-    let candidates = backends.iter().map(|&b| Candidate::of(b)).collect();
-    compare_on(config, candidates, steps, out, init_from, tokenizer)
+    compare_on(comparison, || {
+        backends.iter().map(|&b| Candidate::of(b)).collect()
+    })
 }
 
 /// The config with dropout off (so every backend computes the same function), validated.
@@ -395,16 +400,26 @@ fn checked(mut config: RunConfig, steps: usize) -> Result<RunConfig, CompareErro
     Ok(config)
 }
 
-/// [`compare`] on backends already looked up.
+/// [`compare`] on the backends `candidates` looks up, once everything that can be checked
+/// has been (a wgpu lookup probes the adapter, which takes seconds).
 pub fn compare_on(
-    config: RunConfig,
-    candidates: Vec<Candidate>,
-    steps: usize,
-    out: &Path,
-    init_from: Option<&Path>,
-    tokenizer: Option<Tokenizer>,
+    comparison: Comparison<'_>,
+    candidates: impl FnOnce() -> Vec<Candidate>,
 ) -> Result<CompareReport, CompareError> {
+    let Comparison {
+        config,
+        steps,
+        out,
+        init_from,
+        tokenizer,
+    } = comparison;
     let config = checked(config, steps)?;
+    if let Some(path) = init_from
+        && !path.is_file()
+    {
+        return Err(CompareError::InitMissing(path.to_path_buf()));
+    }
+    let candidates = candidates();
     // A run's own tokenizer (an imported model's vocabulary is not its text's characters).
     let data = match tokenizer {
         Some(tokenizer) => {
@@ -766,7 +781,14 @@ mod tests {
             candidate("flex-burn", Ok(Device::flex()), false),
             candidate("ndarray", Ok(Device::ndarray()), true),
         ];
-        let report = compare_on(config, devices, 3, out.path(), None, None).unwrap();
+        let comparison = Comparison {
+            config,
+            steps: 3,
+            out: out.path(),
+            init_from: None,
+            tokenizer: None,
+        };
+        let report = compare_on(comparison, || devices).unwrap();
         assert_eq!(report.reference, "flex");
         let wgpu = &report.backends[0];
         let reason = wgpu.reason.as_deref().unwrap_or_default();

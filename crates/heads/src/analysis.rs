@@ -436,3 +436,108 @@ pub fn head_report(
     };
     HeadReport { rows, maps }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headlab_model::GptConfig;
+
+    /// A seeded 2-layer, 2-head model and a probe with two held-out batches of random ids.
+    fn model_and_probe() -> (Gpt, Probe, Device) {
+        let device = Device::flex();
+        device.seed(7);
+        let config = GptConfig {
+            vocab_size: 11,
+            block_size: 8,
+            d_model: 16,
+            n_layers: 2,
+            n_heads: 2,
+            ..GptConfig::default()
+        };
+        let model = Gpt::new(&config, &device).unwrap();
+        let mut probe = Probe::from_text(8, 11, (0..8).collect(), 3);
+        probe.batch = 3;
+        let mut rng = probe_rng(5);
+        let batch = |rng: &mut StdRng| -> Vec<u32> {
+            (0..probe.batch * 8)
+                .map(|_| rng.random_range(0..11))
+                .collect()
+        };
+        probe.held_out = (0..2).map(|_| (batch(&mut rng), batch(&mut rng))).collect();
+        (model, probe, device)
+    }
+
+    /// Gradient importance is `mean over batches |dL/dm|`: set against central finite
+    /// differences of each batch's loss in the head's mask value around 1.
+    #[test]
+    fn gradient_importance_matches_finite_differences_of_the_loss() {
+        let (model, probe, device) = model_and_probe();
+        let importance = gradient_importance(&model, &probe, &device);
+        let (n_layers, n_heads) = (2, 2);
+        let eps = 1e-2f32;
+        for layer in 0..n_layers {
+            for head in 0..n_heads {
+                let mut expected = 0.0;
+                for batch in &probe.held_out {
+                    let one = Probe {
+                        held_out: vec![batch.clone()],
+                        ..probe.clone()
+                    };
+                    let loss_at = |m: f32| {
+                        let mut mask = vec![1.0f32; n_layers * n_heads];
+                        mask[layer * n_heads + head] = m;
+                        let options = ForwardOptions {
+                            head_mask: Some(Tensor::from_data(
+                                TensorData::new(mask, [n_layers, n_heads]),
+                                &device,
+                            )),
+                            ..ForwardOptions::default()
+                        };
+                        held_out_loss(&model, &one, &options, &device)
+                    };
+                    let slope = (loss_at(1.0 + eps) - loss_at(1.0 - eps)) / (2.0 * eps as f64);
+                    expected += slope.abs() / probe.held_out.len() as f64;
+                }
+                let got = importance[layer * n_heads + head];
+                assert!(
+                    (got - expected).abs() <= 2e-4 + 2e-2 * expected,
+                    "layer {layer} head {head}: {got} vs finite differences {expected}"
+                );
+            }
+        }
+    }
+
+    /// The previous-token score is the mean of `A[i, i-1]` over the text's rows `i >= 1`: set
+    /// against the attention weights read one entry at a time.
+    #[test]
+    fn previous_token_score_is_the_mean_attention_to_the_previous_position() {
+        let (model, probe, device) = model_and_probe();
+        let (scores, _) = pattern_scores(&model, &probe, &device);
+        let (rows, t) = probe.text_shape;
+        let out = model.forward_with(
+            ids(&probe.text, rows, t, &device),
+            ForwardOptions {
+                return_weights: true,
+                ..ForwardOptions::default()
+            },
+        );
+        for s in &scores {
+            let w = to_host::<f32, _>(out.weights[s.layer].clone());
+            let at = |b: usize, i: usize, j: usize| w[((b * 2 + s.head) * t + i) * t + j] as f64;
+            let mut sum = 0.0;
+            for b in 0..rows {
+                for i in 1..t {
+                    sum += at(b, i, i - 1);
+                }
+            }
+            let expected = sum / (rows * (t - 1)) as f64;
+            assert!(
+                (s.previous_token - expected).abs() < 1e-5,
+                "layer {} head {}: {} vs {expected}",
+                s.layer,
+                s.head,
+                s.previous_token
+            );
+        }
+    }
+}

@@ -462,6 +462,7 @@ mod tests {
     use crate::nanogpt::read_nanogpt;
     use burn::module::{Module, ModuleMapper};
     use burn::tensor::{Distribution, Int};
+    use headlab_kernels::to_host;
     use headlab_model::Gelu;
     use serde_json::Value;
 
@@ -479,11 +480,7 @@ mod tests {
     fn worst_logit_error(model: &Gpt, ids: &[u32], expected: &Value, device: &Device) -> f64 {
         let input: Vec<i64> = ids.iter().map(|&i| i64::from(i)).collect();
         let input = Tensor::<2, Int>::from_data(TensorData::new(input, [1, ids.len()]), device);
-        let got = model
-            .forward(input)
-            .into_data()
-            .try_into_vec_as::<f32>()
-            .unwrap();
+        let got = to_host::<f32, _>(model.forward(input));
         let rows = expected.as_array().unwrap();
         assert_eq!(rows.len(), ids.len());
         let vocab = got.len() / ids.len();

@@ -2,6 +2,7 @@
 //! attaches to decides the number of the last verb; the lab measures agreement on forced and
 //! ambiguous readings and where each head of "with" and "and" looks.
 
+use headlab_kernels::to_host;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -12,12 +13,10 @@ use headlab_data::corpus::{
 };
 use headlab_heads::{HeadReport, Probe, head_report};
 use headlab_model::ForwardOptions;
-use headlab_report::{REPORT_FILE, write_head_report};
+use headlab_report::REPORT_FILE;
 use headlab_train::config::RunConfig;
 
-use crate::{
-    LabError, Observers, copy_from_run, lab_config, open, run_page, train_run, write_summary,
-};
+use crate::{LabError, Observers, lab_config, open, publish_run, train_run, write_summary};
 
 /// The shipped config: 2 layers x 4 heads, byte-level BPE, 1000 steps on the attach corpus.
 pub const CONFIG: &str = include_str!("../../../configs/lab-ambiguity.toml");
@@ -32,9 +31,7 @@ pub fn run(
 ) -> Result<String, LabError> {
     let config = lab_config(CONFIG, "configs/lab-ambiguity.toml", sets)?;
     let lab = ambiguity(config, out, observers)?;
-    write_head_report(out, "headlab lab ambiguity", &lab.report)?;
-    run_page(out, &lab.report)?;
-    copy_from_run(out, REPORT_FILE)?;
+    publish_run(out, "headlab lab ambiguity", &lab.report, &[REPORT_FILE])?;
     write_summary(out, summary(&lab, reproduce))
 }
 
@@ -203,10 +200,7 @@ pub fn ambiguity(
             let (verb, noun, with, and) = (ends[s.verb], ends[s.noun], ends[s.with], ends[s.and]);
             for (l, weights) in out.weights.into_iter().enumerate() {
                 // [1, h, t, t]
-                let a = weights
-                    .into_data()
-                    .try_into_vec_as::<f32>()
-                    .expect("f32 weights");
+                let a = to_host::<f32, _>(weights);
                 for h in 0..heads {
                     let at = |q: usize, k: usize| f64::from(a[(h * t + q) * t + k]);
                     let k = l * heads + h;
@@ -232,11 +226,7 @@ pub fn ambiguity(
                 Attachment::Verb => s.subject_plural,
                 Attachment::Noun => s.object_plural,
             };
-            let logits = out
-                .logits
-                .into_data()
-                .try_into_vec_as::<f32>()
-                .expect("f32 logits");
+            let logits = to_host::<f32, _>(out.logits);
             let vocab = logits.len() / t;
             let row_logits = &logits[and * vocab..(and + 1) * vocab];
             let mass = |plural: bool| -> f64 {

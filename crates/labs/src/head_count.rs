@@ -2,6 +2,7 @@
 //! into 1..64 heads of d_k = d_model / h, over several seeds, on the two-lookup `lookup`
 //! corpus; the lab reports which counts are level and which head fetches which source.
 
+use headlab_kernels::to_host;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
@@ -147,10 +148,7 @@ pub fn lookup_probe(
     // Shares of predictions whose most likely letter is the rule's, fits the near source
     // (some far letter would give it), and fits the far source.
     let measure = |logits: Tensor<3>| {
-        let logits = logits
-            .into_data()
-            .try_into_vec_as::<f32>()
-            .expect("f32 logits");
+        let logits = to_host::<f32, _>(logits);
         let (mut hits, mut near, mut far) = (0usize, 0usize, 0usize);
         for (w, p) in queries() {
             let row = &logits[(w * block + p) * vocab..(w * block + p + 1) * vocab];
@@ -174,10 +172,7 @@ pub fn lookup_probe(
     let (mut to_near, mut to_far) = (vec![0.0; layers * heads], vec![0.0; layers * heads]);
     for (l, weights) in out.weights.into_iter().enumerate() {
         // [n, h, t, t]
-        let a = weights
-            .into_data()
-            .try_into_vec_as::<f32>()
-            .expect("f32 weights");
+        let a = to_host::<f32, _>(weights);
         for h in 0..heads {
             for (w, p) in queries() {
                 let row = ((w * heads + h) * block + p) * block;
@@ -684,4 +679,69 @@ pub fn heads_png(lab: &HeadsLab, path: &Path) -> Result<(), ReportError> {
         "val loss (nats)",
         &series,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A count that does not split d_model is refused before anything is trained or written,
+    /// with the counts that do (the divisors of the shipped config's d_model, 64).
+    #[test]
+    fn a_head_count_that_does_not_divide_d_model_is_refused_before_training() {
+        let out = tempfile::tempdir().unwrap();
+        let base = lab_config(CONFIG, "configs/lab-heads.toml", &[]).unwrap();
+        let err = heads(base, vec![1], &[3], out.path(), &Vec::new).unwrap_err();
+        let LabError::HeadsDoNotDivide {
+            heads: 3,
+            d_model: 64,
+            choices,
+        } = err
+        else {
+            panic!("{err}");
+        };
+        assert_eq!(choices, [1, 2, 4, 8, 16, 32, 64]);
+        assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
+    }
+
+    /// `val_loss.csv`: one row per count and seed, losses to 5 decimals, the accuracy when
+    /// the lookup probe ran, labels as `label count` pairs joined by "; " (no commas).
+    #[test]
+    fn val_loss_csv_has_a_row_per_run_with_its_loss_accuracy_and_labels() {
+        let base = lab_config(CONFIG, "configs/lab-heads.toml", &[]).unwrap();
+        let labels = |pairs: &[(&str, usize)]| -> BTreeMap<String, usize> {
+            pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+        };
+        let lookup = LookupProbe {
+            predictions: 10,
+            accuracy: 0.875,
+            to_near: vec![],
+            to_far: vec![],
+            ablated: vec![],
+            ablated_fits_near: vec![],
+            ablated_fits_far: vec![],
+        };
+        let lab = HeadsLab {
+            base,
+            seeds: vec![1, 2],
+            counts: vec![HeadCount {
+                n_heads: 2,
+                d_k: 32,
+                params: 100,
+                val_losses: vec![1.234567, 2.0],
+                labels: labels(&[("diffuse", 3), ("previous-token", 1)]),
+                run_labels: vec![
+                    labels(&[("diffuse", 1), ("previous-token", 1)]),
+                    labels(&[("diffuse", 2)]),
+                ],
+                lookups: vec![lookup],
+            }],
+        };
+        assert_eq!(
+            heads_csv(&lab),
+            "n_heads,d_k,seed,val_loss,accuracy,head_labels\n\
+             2,32,1,1.23457,0.87500,diffuse 1; previous-token 1\n\
+             2,32,2,2.00000,,diffuse 2\n"
+        );
+    }
 }

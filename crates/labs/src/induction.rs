@@ -9,12 +9,10 @@ use std::time::Instant;
 
 use headlab_heads::history::{Circuit, HeadHistory, find_circuit};
 use headlab_heads::{HISTORY_FILE, HeadReport, Probe, head_report};
-use headlab_report::{REPORT_FILE, to_table, write_head_report};
+use headlab_report::{REPORT_FILE, to_table};
 use headlab_train::config::RunConfig;
 
-use crate::{
-    LabError, Observers, copy_from_run, lab_config, open, run_page, train_run, write_summary,
-};
+use crate::{LabError, Observers, lab_config, open, publish_run, train_run, write_summary};
 
 /// The shipped config: 2 layers x 2 heads, attention only, 2000 steps.
 pub const CONFIG: &str = include_str!("../../../configs/lab-induction.toml");
@@ -30,11 +28,8 @@ pub fn run(
 ) -> Result<String, LabError> {
     let config = lab_config(CONFIG, "configs/lab-induction.toml", sets)?;
     let lab = induction(config, out, observers)?;
-    write_head_report(out, "headlab lab induction", &lab.report)?;
-    run_page(out, &lab.report)?;
-    for file in ["heads.png", "loss.png", REPORT_FILE] {
-        copy_from_run(out, file)?;
-    }
+    let files = ["heads.png", "loss.png", REPORT_FILE];
+    publish_run(out, "headlab lab induction", &lab.report, &files)?;
     write_summary(out, summary(&lab, reproduce))
 }
 

@@ -117,22 +117,27 @@ fn open(dir: &Path) -> Result<(Trained, Device, Dataset), LabError> {
     Ok((trained, device, data))
 }
 
-/// The page of a lab's run (`OUT/run/report.html`), with the lab's head table as the run's.
-fn run_page(out: &Path, table: &HeadReport) -> Result<(), LabError> {
+/// The files of a one-run lab beside its run (`OUT/run`): the lab's head table (`heads.csv`,
+/// `heads.json`, `attention.png`, `heads.html`, titled `title`), the run's page with that
+/// table as the run's, and `files` copied up from the run.
+fn publish_run(
+    out: &Path,
+    title: &str,
+    table: &HeadReport,
+    files: &[&str],
+) -> Result<(), LabError> {
+    write_head_report(out, title, table)?;
     let run = out.join("run");
     write_head_report(&run.join("heads"), "headlab lab run", table)?;
     report_run(&run)?;
-    Ok(())
-}
-
-/// Copies `OUT/run/<file>` to `OUT/<file>`.
-fn copy_from_run(out: &Path, file: &str) -> Result<(), LabError> {
-    let from = out.join("run").join(file);
-    std::fs::copy(&from, out.join(file)).map_err(|source| LabError::File {
-        action: "copy",
-        path: from,
-        source,
-    })?;
+    for file in files {
+        let from = run.join(file);
+        std::fs::copy(&from, out.join(file)).map_err(|source| LabError::File {
+            action: "copy",
+            path: from,
+            source,
+        })?;
+    }
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! Autoregressive generation with a KV cache, and the sampling rules.
 
 use burn::tensor::{Int, Tensor, TensorData};
+use headlab_kernels::to_host;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use thiserror::Error;
@@ -181,12 +182,8 @@ impl<'a> Decoder<'a> {
         // [rows, t, v] -> the last position of each row, [rows * v]
         let logits = self.model.forward_cached(input, &mut self.cache);
         let [_, t, v] = logits.dims();
-        self.logits = logits
-            .slice([0..rows, t - 1..t, 0..v])
-            .reshape([rows * v])
-            .into_data()
-            .try_into_vec_as::<f32>()
-            .expect("float logits");
+        self.logits =
+            to_host::<f32, _>(logits.slice([0..rows, t - 1..t, 0..v]).reshape([rows * v]));
     }
 
     /// Logits for the token after the current window (of every row, row-major).

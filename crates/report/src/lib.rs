@@ -1,26 +1,28 @@
-//! Every picture, page and table headlab writes: PNG charts (plotters, with an embedded
-//! font), the attention explorer page, markdown and CSV tables.
+//! Shared drawing: PNG charts (plotters, with an embedded font), the attention explorer page,
+//! the run page, markdown and CSV tables. The labs and the comparison draw their own pages
+//! with these pieces.
 //!
-//! - [`plot`]: line charts; [`loss`]: `loss.png`; [`history`]: `heads.png`.
-//! - [`maps`]: the attention-map grid (`attention.png`) and the explorer page (`heads.html`).
-//! - [`heads`]: a checkpoint's head table as files and as terminal text.
+//! - [`plot`]: line charts; [`loss`]: `loss.png`; [`score_chart`]: `heads.png`, head scores
+//!   over training.
+//! - [`explorer`]: the attention-map grid (`attention.png`) and the explorer page
+//!   (`heads.html`).
+//! - [`head_table`]: a checkpoint's head table as files and as terminal text.
 //! - [`observer`]: the plots of a run, redrawn while it trains.
 //! - [`run_report`]: a run's page (`report.html`), with training time as a slider.
 //!
-//! It draws data that the other crates compute and never computes any itself; only the CLI
-//! depends on it.
+//! It draws data that the other crates compute and never computes any itself.
 
-pub mod heads;
-pub mod history;
+pub mod explorer;
+pub mod head_table;
 pub mod loss;
-pub mod maps;
 pub mod observer;
 pub mod plot;
 pub mod run_report;
+pub mod score_chart;
 
 use std::path::{Path, PathBuf};
 
-pub use heads::{to_table, write_head_report};
+pub use head_table::{to_table, write_head_report};
 pub use observer::RunPlots;
 pub use run_report::{REPORT_FILE, RunReport, report_run, write_run_report};
 

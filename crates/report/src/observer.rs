@@ -10,8 +10,8 @@ use headlab_train::metrics::read_losses;
 use headlab_train::run::RunDir;
 use headlab_train::trainer::{Observer, ObserverError, RunStart};
 
-use crate::history::history_png;
 use crate::loss::loss_png;
+use crate::score_chart::history_png;
 
 /// Redraws a run's plots from its own files. Put it after the head tracker among the
 /// observers, so `head_history.csv` is written before it is drawn.

@@ -206,7 +206,7 @@ fn fill_page(title: &str, json: &str) -> String {
     const HTML: &str = include_str!("../assets/report.html");
     const CSS: &str = include_str!("../assets/report.css");
     const JS: &str = include_str!("../assets/report.js");
-    crate::maps::fill(HTML, CSS, JS, title, json)
+    crate::explorer::fill(HTML, CSS, JS, title, json)
 }
 
 /// Reads a run as `headlab report` does, for a path that may not be one.

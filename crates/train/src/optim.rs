@@ -11,7 +11,7 @@ use std::path::Path;
 use burn::module::{Module, ModuleMapper, ModuleVisitor, Param};
 use burn::optim::GradientsParams;
 use burn::tensor::{Tensor, TensorData};
-use headlab_kernels::{AdamWStep, adamw};
+use headlab_kernels::{AdamWStep, adamw, to_host};
 use thiserror::Error;
 
 /// Hyper-parameters of [`AdamW`].
@@ -186,7 +186,7 @@ impl AdamW {
         let mut buffers: Vec<(String, Vec<usize>, Vec<u8>)> = Vec::new();
         for (name, moments) in &self.state {
             for (prefix, t) in [("m", &moments.m), ("v", &moments.v)] {
-                let values = t.to_data().try_into_vec_as::<f32>().expect("f32 moments");
+                let values = to_host::<f32, _>(t.clone());
                 let bytes = values.iter().flat_map(|x| x.to_le_bytes()).collect();
                 buffers.push((format!("{prefix}.{name}"), vec![values.len()], bytes));
             }
@@ -294,20 +294,12 @@ mod tests {
         let mut model = Two {
             a: LinearConfig::new(3, 2).init(&device),
         };
-        let read = |t: Tensor<2>| t.into_data().try_into_vec_as::<f32>().unwrap();
+        let read = |t: Tensor<2>| to_host::<f32, _>(t);
         let mut w: Vec<f64> = read(model.a.weight.val())
             .iter()
             .map(|&x| x as f64)
             .collect();
-        let mut b: Vec<f64> = model
-            .a
-            .bias
-            .as_ref()
-            .unwrap()
-            .val()
-            .into_data()
-            .try_into_vec_as::<f32>()
-            .unwrap()
+        let mut b: Vec<f64> = to_host::<f32, _>(model.a.bias.as_ref().unwrap().val())
             .iter()
             .map(|&x| x as f64)
             .collect();
@@ -358,15 +350,7 @@ mod tests {
         for (g, e) in got.iter().zip(&w) {
             assert!((*g as f64 - e).abs() < 1e-5, "weight {g} vs {e}");
         }
-        let got_b = model
-            .a
-            .bias
-            .as_ref()
-            .unwrap()
-            .val()
-            .into_data()
-            .try_into_vec_as::<f32>()
-            .unwrap();
+        let got_b = to_host::<f32, _>(model.a.bias.as_ref().unwrap().val());
         for (g, e) in got_b.iter().zip(&b) {
             assert!((*g as f64 - e).abs() < 1e-5, "bias {g} vs {e}");
         }
@@ -378,13 +362,7 @@ mod tests {
         let loaded = AdamW::load(cfg, &path, &device).unwrap();
         assert_eq!(loaded.step, 3);
         assert_eq!(loaded.state.len(), 2);
-        let m = |o: &AdamW| {
-            o.state["a.weight"]
-                .m
-                .to_data()
-                .try_into_vec_as::<f32>()
-                .unwrap()
-        };
+        let m = |o: &AdamW| to_host::<f32, _>(o.state["a.weight"].m.clone());
         assert_eq!(m(&loaded), m(&optim));
         std::fs::write(&path, b"garbage").unwrap();
         assert!(

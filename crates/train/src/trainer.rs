@@ -845,3 +845,110 @@ fn sample_text(
     }
     text
 }
+
+#[cfg(test)]
+mod tests {
+    use std::f64::consts::PI;
+
+    use super::*;
+
+    /// nanoGPT's `get_lr`, written out again: linear warm-up over `warmup` steps to `lr`, then a
+    /// half cosine to `min_lr` at `decay`.
+    fn nanogpt_lr(it: usize, lr: f64, min_lr: f64, warmup: usize, decay: usize) -> f64 {
+        if it < warmup {
+            lr * (it + 1) as f64 / (warmup + 1) as f64
+        } else if it > decay {
+            min_lr
+        } else {
+            let ratio = (it - warmup) as f64 / (decay - warmup) as f64;
+            min_lr + 0.5 * (1.0 + (PI * ratio).cos()) * (lr - min_lr)
+        }
+    }
+
+    /// The loop takes step `it` at the schedule's rate for `it` and logs it on the row of
+    /// step `it + 1`; it evaluates every `eval_interval` steps and at the end.
+    #[test]
+    fn the_loop_logs_each_steps_rate_and_evaluates_on_its_interval() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = RunConfig::default();
+        for set in [
+            "model.block_size=8",
+            "model.d_model=16",
+            "model.n_layers=1",
+            "model.n_heads=2",
+            "train.batch_size=4",
+            "train.max_iters=7",
+            "train.warmup_iters=2",
+            "train.lr=1e-2",
+            "train.min_lr=1e-3",
+            "train.eval_interval=3",
+            "train.eval_iters=1",
+            "train.log_interval=1",
+            "train.sample_tokens=4",
+            "train.track_heads_every=0",
+            "data.builtin_chars=3000",
+        ] {
+            config.apply_set(set).unwrap();
+        }
+        let options = TrainOptions {
+            config,
+            out: dir.path().join("run"),
+            force: false,
+            resume: false,
+            resume_sets: Vec::new(),
+            print_sample: false,
+        };
+        let summary = train(options, &mut Vec::new()).unwrap();
+        let csv = std::fs::read_to_string(summary.run.join("metrics.csv")).unwrap();
+        let rows: Vec<Vec<&str>> = csv
+            .lines()
+            .skip(1)
+            .map(|l| l.split(',').collect())
+            .collect();
+        let steps = |split: &str| -> Vec<usize> {
+            rows.iter()
+                .filter(|r| r[1] == split)
+                .map(|r| r[0].parse().unwrap())
+                .collect()
+        };
+        assert_eq!(steps("iter"), (1..=7).collect::<Vec<_>>());
+        assert_eq!(steps("val"), [0, 3, 6, 7]);
+        for r in rows.iter().filter(|r| r[1] == "iter") {
+            let step: usize = r[0].parse().unwrap();
+            let logged: f64 = r[3].parse().unwrap();
+            let want = nanogpt_lr(step - 1, 1e-2, 1e-3, 2, 7);
+            assert!(
+                (logged - want).abs() <= 1e-6 * want,
+                "step {step}: lr {logged}, nanoGPT's schedule gives {want}"
+            );
+        }
+    }
+
+    /// A divergence names the first non-finite value and the checkpoint to go back to.
+    #[test]
+    fn a_non_finite_value_stops_the_run_naming_it_and_the_last_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = RunDir::create(&dir.path().join("run"), false).unwrap();
+        let bar = ProgressBar::hidden();
+        let values = [
+            ("loss", 2.5),
+            ("gradient norm", f64::NAN),
+            ("x", f64::INFINITY),
+        ];
+        assert!(ensure_finite(&bar, &run, 4, &values[..1], 9, 1e-3).is_ok());
+        let err = ensure_finite(&bar, &run, 4, &values, 9, 1e-3).unwrap_err();
+        let TrainError::Diverged {
+            step,
+            what,
+            lr,
+            checkpoint,
+            ..
+        } = err
+        else {
+            panic!("not a divergence: {err}");
+        };
+        assert_eq!((step, what, lr), (9, "gradient norm", 1e-3));
+        assert!(checkpoint.ends_with("(step 4)"), "{checkpoint}");
+        assert!(checkpoint.contains("last"), "{checkpoint}");
+    }
+}

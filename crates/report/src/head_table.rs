@@ -6,7 +6,7 @@ use std::path::Path;
 use headlab_heads::{HeadReport, HeadRow};
 
 use crate::ReportError;
-use crate::maps::{html_page, maps_png};
+use crate::explorer::{html_page, maps_png};
 
 /// Writes `heads.csv`, `heads.json`, `attention.png` and `heads.html` into `out`.
 pub fn write_head_report(out: &Path, title: &str, report: &HeadReport) -> Result<(), ReportError> {
