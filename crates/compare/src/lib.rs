@@ -420,7 +420,54 @@ pub fn compare_on(
         return Err(CompareError::InitMissing(path.to_path_buf()));
     }
     let candidates = candidates();
-    // A run's own tokenizer (an imported model's vocabulary is not its text's characters).
+    let (data, gpt, init) = shared_start(&config, out, init_from, tokenizer)?;
+    let params = gpt.param_count(true);
+
+    let truth_steps = steps.min(TRUTH_STEPS);
+    match truth_steps {
+        1 => eprintln!("compare: the f64 ground truth (step 0)"),
+        n => eprintln!("compare: the f64 ground truth (the first {n} steps)"),
+    }
+    let start = Instant::now();
+    let truth = f64_truth(&config, &gpt, &data, &init, truth_steps).map_err(CompareError::Truth)?;
+    let truth_seconds = start.elapsed().as_secs_f64();
+    let tokens = config.train.batch_size * gpt.block_size * config.train.grad_accum;
+
+    let names: Vec<String> = candidates.iter().map(|c| c.name.clone()).collect();
+    let mut runs: Vec<(String, Result<Run, String>)> = Vec::new();
+    for candidate in candidates {
+        runs.push(run_candidate(
+            candidate, &config, &gpt, &data, &init, steps,
+        )?);
+    }
+    let (reference, tolerance, max_abs_logit, reports) =
+        set_against_truth(&runs, &truth, &gpt, tokens, &names)?;
+    Ok(CompareReport {
+        params,
+        steps,
+        tokens_per_step: config.train.batch_size * config.model.block_size,
+        reference,
+        tolerance,
+        max_abs_logit,
+        logits_tolerance: tolerance.logits(max_abs_logit),
+        final_loss_tolerance: tolerance.loss(max_abs_logit, steps - 1),
+        safety: SAFETY,
+        truth_seconds,
+        backends: reports,
+        config,
+    })
+}
+
+/// What every backend starts from: the data (with a run's own tokenizer when given: an
+/// imported model's vocabulary is not its text's characters), the model config, and one
+/// initialisation written to `out/init.safetensors`, made on flex and seeded as `headlab
+/// train` seeds a flex run (or the weights of `init_from`, loaded before anything is written).
+fn shared_start(
+    config: &RunConfig,
+    out: &Path,
+    init_from: Option<&Path>,
+    tokenizer: Option<Tokenizer>,
+) -> Result<(Dataset, GptConfig, PathBuf), CompareError> {
     let data = match tokenizer {
         Some(tokenizer) => {
             let (text, description) = load_text(&config.data, config.train.seed)?;
@@ -434,9 +481,6 @@ pub fn compare_on(
         .clone()
         .with_vocab_size(data.tokenizer().vocab_size());
     gpt.validate()?;
-
-    // One initialisation, on flex, seeded as `headlab train` seeds a flex run (or the weights
-    // of `init_from`, loaded before anything is written); every backend loads it.
     let host = BackendKind::Flex.device()?;
     host.seed(config.train.seed);
     let model = Gpt::new(&gpt, &host)?;
@@ -450,53 +494,58 @@ pub fn compare_on(
     })?;
     let init = out.join("init.safetensors");
     model.save_weights(&init)?;
-    let params = gpt.param_count(true);
+    Ok((data, gpt, init))
+}
 
-    let truth_steps = steps.min(TRUTH_STEPS);
-    match truth_steps {
-        1 => eprintln!("compare: the f64 ground truth (step 0)"),
-        n => eprintln!("compare: the f64 ground truth (the first {n} steps)"),
-    }
-    let start = Instant::now();
-    let truth = f64_truth(&config, &gpt, &data, &init, truth_steps).map_err(CompareError::Truth)?;
-    let truth_seconds = start.elapsed().as_secs_f64();
-    let tokens = config.train.batch_size * gpt.block_size * config.train.grad_accum;
-
-    let mut runs: Vec<(String, Result<Run, String>)> = Vec::new();
-    let names: Vec<String> = candidates.iter().map(|c| c.name.clone()).collect();
-    for Candidate {
+/// One backend's `steps` steps, with its kernels on or off, or why it is not available.
+fn run_candidate(
+    candidate: Candidate,
+    config: &RunConfig,
+    gpt: &GptConfig,
+    data: &Dataset,
+    init: &Path,
+    steps: usize,
+) -> Result<(String, Result<Run, String>), CompareError> {
+    let Candidate {
         name,
         device,
         kernels,
-    } in candidates
-    {
-        let device = match device {
-            Ok(device) => device,
-            Err(reason) => {
-                eprintln!("compare: {name} is not available: {reason}");
-                runs.push((name, Err(reason.to_string())));
-                continue;
-            }
-        };
-        eprintln!("compare: {name}: {steps} steps");
-        let run = headlab_kernels::with_kernels(kernels, || {
-            run_backend(&config, &gpt, &data, &init, device, steps)
-        })
-        .map_err(|source| CompareError::Run {
-            backend: name.clone(),
-            source,
-        })?;
-        runs.push((name, Ok(run)));
-    }
+    } = candidate;
+    let device = match device {
+        Ok(device) => device,
+        Err(reason) => {
+            eprintln!("compare: {name} is not available: {reason}");
+            return Ok((name, Err(reason.to_string())));
+        }
+    };
+    eprintln!("compare: {name}: {steps} steps");
+    let run = headlab_kernels::with_kernels(kernels, || {
+        run_backend(config, gpt, data, init, device, steps)
+    })
+    .map_err(|source| CompareError::Run {
+        backend: name.clone(),
+        source,
+    })?;
+    Ok((name, Ok(run)))
+}
 
-    // The reference for the losses after the truth's last step: the first backend within its
-    // bounds of the truth, else the nearest (by its worst error over bound).
+/// Every run set against the truth, and the reference for the losses after the truth's last
+/// step: the first backend within its bounds of the truth, else the nearest (by its worst
+/// error over bound). Returns the reference's name, the worst-case tolerance, the reference's
+/// largest |logit| and one judged report per backend.
+fn set_against_truth(
+    runs: &[(String, Result<Run, String>)],
+    truth: &Measured,
+    gpt: &GptConfig,
+    tokens: usize,
+    names: &[String],
+) -> Result<(String, Tolerance, f64, Vec<BackendReport>), CompareError> {
     let checked: Vec<Option<Vec<Check>>> = runs
         .iter()
         .map(|(_, run)| {
             run.as_ref()
                 .ok()
-                .map(|run| checks(&run.measured, &truth, &gpt, tokens))
+                .map(|run| checks(&run.measured, truth, gpt, tokens))
         })
         .collect();
     let ratios: Vec<(usize, f64)> = (0..runs.len())
@@ -507,7 +556,7 @@ pub fn compare_on(
     let Some(&(reference, _)) = first_within.or(nearest) else {
         return Err(CompareError::NoneAvailable(names.join(", ")));
     };
-    let tolerance = Tolerance::of(&gpt);
+    let tolerance = Tolerance::of(gpt);
     let (reference_name, reference_run) = match &runs[reference] {
         (name, Ok(run)) => (name.clone(), run),
         _ => unreachable!("the reference ran"),
@@ -528,21 +577,7 @@ pub fn compare_on(
         }
     }
     judge(&mut reports, &tolerance, max_abs_logit);
-    let report = CompareReport {
-        params,
-        steps,
-        tokens_per_step: config.train.batch_size * config.model.block_size,
-        reference: reference_name,
-        tolerance,
-        max_abs_logit,
-        logits_tolerance: tolerance.logits(max_abs_logit),
-        final_loss_tolerance: tolerance.loss(max_abs_logit, steps - 1),
-        safety: SAFETY,
-        truth_seconds,
-        backends: reports,
-        config,
-    };
-    Ok(report)
+    Ok((reference_name, tolerance, max_abs_logit, reports))
 }
 
 /// Fills in every backend's `failures` and `within_tolerance`: checks out of their bound (the
