@@ -54,6 +54,7 @@ struct InteropArgs {
 }
 
 /// `cargo xtask interop`: train, export, and compare headlab's loss with transformers'.
+// Over 80 lines on purpose: the interop task's steps in order: train, export, load in transformers, compare.
 fn interop(args: InteropArgs) -> Result<()> {
     let root = root();
     run(cargo()
@@ -209,6 +210,7 @@ struct BenchArgs {
 }
 
 /// Builds everything, runs the PyTorch reference if asked, then `headlab-bench`.
+// Over 80 lines on purpose: the bench task's steps in order: venv, PyTorch's side, headlab's side, the report.
 fn bench(args: BenchArgs) -> Result<()> {
     let root = root();
     let data = args

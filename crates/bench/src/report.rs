@@ -272,6 +272,7 @@ fn range_cell((median, min, max): (f64, f64, f64)) -> String {
 }
 
 /// The training step, headlab's backends against PyTorch's modes, from interleaved rounds.
+// Over 80 lines on purpose: one markdown section written top to bottom from the same rows and medians.
 fn train_step_section(out: &Value) -> String {
     let step = &out["train_step"];
     let mut s = String::from(

@@ -286,6 +286,7 @@ fn run_json(cmd: &mut Command, out: Option<&Path>) -> Result<Value, String> {
 /// backends (a worker process with `RAYON_NUM_THREADS`) then PyTorch's modes (bench.py with
 /// `--threads`). Rows are `{shape, threads, round, column, timing | error}`; the FMA peak of
 /// each thread count is the MFU denominator of every column.
+// Over 80 lines on purpose: the interleaved rounds: kept together so the round order that makes the timings fair is visible in one place.
 pub fn compare(plan: &Plan, scratch: &Path) -> Value {
     let isa = Isa::detect();
     let (peak_s, peak_repeats) = if plan.quick { (0.05, 2) } else { (0.5, 5) };

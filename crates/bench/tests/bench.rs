@@ -3,6 +3,7 @@
 
 use std::process::Command;
 
+// Over 80 lines on purpose: one scenario: the stand-in files it writes first are what the assertions after the run check.
 #[test]
 fn quick_bench_writes_every_section_and_ratios_against_a_reference() {
     let tmp = tempfile::tempdir().unwrap();
@@ -234,6 +235,7 @@ END
 /// finds here (lavapipe in CI): it refuses a CPU adapter unless told, and with
 /// `--allow-cpu-adapter --tiny` runs every step, compare against the f64 truth and the training
 /// step with the first step timed apart, interleaved with a stand-in for PyTorch on CUDA.
+// Over 80 lines on purpose: one scenario: the script's dry run, then each file it writes.
 #[test]
 fn the_gpu_check_runs_end_to_end_on_a_cpu_adapter() {
     if headlab_kernels::wgpu_for_tests().is_none() {

@@ -320,24 +320,7 @@ pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
     );
     let base = held_out_loss(model, probe, &ForwardOptions::default(), device);
 
-    // Mean output of every head over the held-out tokens: [n_layers, n_heads, d_k].
-    let mut sums = vec![0.0f64; n_layers * n_heads * d_k];
-    for (x, _) in &probe.held_out {
-        let out = model.forward_with(
-            ids(x, probe.batch, t, device),
-            ForwardOptions {
-                return_head_outputs: true,
-                ..ForwardOptions::default()
-            },
-        );
-        for (layer, h) in out.head_outputs.into_iter().enumerate() {
-            // [b, h, t, d_k] -> mean over b and t -> [h, d_k]
-            let mean = to_host::<f32, _>(h.mean_dim(0).mean_dim(2).reshape([n_heads * d_k]));
-            for (i, v) in mean.iter().enumerate() {
-                sums[layer * n_heads * d_k + i] += *v as f64 / probe.held_out.len() as f64;
-            }
-        }
-    }
+    let sums = mean_head_outputs(model, probe, device);
     let mask_without = |layer: usize, head: usize| {
         let mut m = vec![1.0f32; n_layers * n_heads];
         m[layer * n_heads + head] = 0.0;
@@ -374,6 +357,35 @@ pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
             }
         })
         .collect()
+}
+
+/// Mean output of every head over the held-out tokens, `[n_layers, n_heads, d_k]` row-major:
+/// what mean ablation puts in a head's place.
+fn mean_head_outputs(model: &Gpt, probe: &Probe, device: &Device) -> Vec<f64> {
+    let t = model.config.block_size;
+    let (n_layers, n_heads, d_k) = (
+        model.config.n_layers,
+        model.config.n_heads,
+        model.config.d_k(),
+    );
+    let mut sums = vec![0.0f64; n_layers * n_heads * d_k];
+    for (x, _) in &probe.held_out {
+        let out = model.forward_with(
+            ids(x, probe.batch, t, device),
+            ForwardOptions {
+                return_head_outputs: true,
+                ..ForwardOptions::default()
+            },
+        );
+        for (layer, h) in out.head_outputs.into_iter().enumerate() {
+            // [b, h, t, d_k] -> mean over b and t -> [h, d_k]
+            let mean = to_host::<f32, _>(h.mean_dim(0).mean_dim(2).reshape([n_heads * d_k]));
+            for (i, v) in mean.iter().enumerate() {
+                sums[layer * n_heads * d_k + i] += *v as f64 / probe.held_out.len() as f64;
+            }
+        }
+    }
+    sums
 }
 
 /// `mean over batches |dL/dm|` at `m = 1`, one value per (layer, head), row-major.

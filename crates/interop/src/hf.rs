@@ -130,6 +130,7 @@ pub fn gpt2_config(config: &GptConfig) -> Result<Value, HfError> {
 
 /// Every tensor of the GPT-2 state dict, named as `GPT2LMHeadModel` names them, with its
 /// shape and row-major values.
+// Over 80 lines on purpose: the whole GPT-2 state dict, one tensor after another in transformers' order.
 pub fn gpt2_tensors(model: &Gpt) -> Vec<(String, Vec<usize>, Vec<f32>)> {
     let c = &model.config;
     let d = c.d_model;
@@ -325,6 +326,7 @@ const HF_FORMAT: &str = "Hugging Face GPT-2 folder";
 /// `tokenizer.json` or `vocab.json` + `merges.txt`. Tensor names may carry `transformer.`
 /// (`GPT2LMHeadModel`) or not (`GPT2Model`); the attention-mask buffers some files hold are
 /// skipped; `lm_head.weight` is read only when the head is untied.
+// Over 80 lines on purpose: one folder read in order (config.json, weights, tokenizer), each part with its own error.
 pub fn read_gpt2_folder(dir: &Path) -> Result<Imported, ImportError> {
     let missing = |what: String| ImportError::Missing {
         dir: dir.to_path_buf(),

@@ -15,7 +15,7 @@ use burn::module::Param;
 use burn::nn::{LayerNorm, Linear};
 use burn::tensor::{Device, Tensor, TensorData};
 use headlab_data::{DataConfig, Tokenizer, TokenizerError, TokenizerKind};
-use headlab_model::{Gpt, GptConfig, GptConfigError};
+use headlab_model::{Block, Gpt, GptConfig, GptConfigError};
 use thiserror::Error;
 
 use headlab_train::config::{ConfigError, RunConfig};
@@ -170,15 +170,15 @@ pub struct Imported {
     pub tokenizer: Tokenizer,
     /// Every tensor by its `GPT2LMHeadModel` name (`transformer.h.0.attn.c_attn.weight`),
     /// linears `[in, out]`: shape and row-major values.
-    pub tensors: BTreeMap<String, (Vec<usize>, Vec<f32>)>,
+    pub tensors: Tensors,
     /// The weights file, for errors.
     pub weights: PathBuf,
     /// Where it came from and what it said, for `import.json`.
     pub source: serde_json::Value,
 }
 
-/// Takes a tensor out of an import by name, checking its shape.
-type Take<'a> = dyn FnMut(&str, &[usize]) -> Result<Vec<f32>, ImportError> + 'a;
+/// Tensors by name: shape and row-major f32 values.
+pub type Tensors = BTreeMap<String, (Vec<usize>, Vec<f32>)>;
 
 /// The `[model]` keys that fix a tensor's shape, for error messages.
 fn shape_keys(c: &GptConfig) -> String {
@@ -223,143 +223,39 @@ impl Imported {
     /// writes) and refuses others.
     pub fn build(&self, device: &Device) -> Result<Gpt, ImportError> {
         let c = &self.config;
-        let path = &self.weights;
         let mut model = Gpt::new(c, device).map_err(|source| ImportError::Config {
-            path: path.clone(),
+            path: self.weights.clone(),
             source,
         })?;
-        let mut left = self.tensors.clone();
+        let mut load = Loader {
+            left: self.tensors.clone(),
+            path: &self.weights,
+            config: c,
+            device,
+        };
         // A padded vocabulary's rows are all read.
-        let (d, ff, v) = (c.d_model, c.mlp_width(), c.embedding_rows());
-        let bias = c.bias;
-        let mut take = |name: &str, shape: &[usize]| -> Result<Vec<f32>, ImportError> {
-            let Some((found, values)) = left.remove(name) else {
-                // A bias-free model may store no biases at all: nanoGPT's `bias=False` leaves
-                // them out of every Linear and LayerNorm. A zero bias is the same model.
-                if !bias && name.ends_with(".bias") {
-                    return Ok(vec![0.0; shape.iter().product()]);
-                }
-                return Err(ImportError::Missing {
-                    dir: path.clone(),
-                    format: "weights file for this config",
-                    what: format!("tensor {name}"),
-                });
-            };
-            if found != shape {
-                return Err(ImportError::Shape {
-                    path: path.clone(),
-                    name: name.into(),
-                    found,
-                    expected: shape.to_vec(),
-                    config: shape_keys(c),
-                });
-            }
-            Ok(values)
-        };
-        let t1 = |v: Vec<f32>| {
-            let n = v.len();
-            Param::from_tensor(Tensor::<1>::from_data(TensorData::new(v, [n]), device))
-        };
-        let t2 = |v: Vec<f32>, rows: usize, cols: usize| {
-            Param::from_tensor(Tensor::<2>::from_data(
-                TensorData::new(v, [rows, cols]),
-                device,
-            ))
-        };
-        let zero_bias = |name: &str, values: &[f32]| {
-            if values.iter().all(|&x| x == 0.0) {
-                Ok(())
-            } else {
-                Err(ImportError::Unsupported {
-                    path: path.clone(),
-                    key: "headlab.bias".into(),
-                    value: "false".into(),
-                    why: format!(
-                        "the model is bias-free, but {name} is not zero; drop headlab.bias \
-                         from config.json to import the biases"
-                    ),
-                })
-            }
-        };
-        // A LayerNorm's scale and shift.
-        let layer_norm =
-            |take: &mut Take<'_>, ln: &mut LayerNorm, name: &str| -> Result<(), ImportError> {
-                ln.gamma = t1(take(&format!("{name}.weight"), &[d])?);
-                let b = take(&format!("{name}.bias"), &[d])?;
-                if bias {
-                    ln.beta = Some(t1(b));
-                } else {
-                    zero_bias(&format!("{name}.bias"), &b)?;
-                }
-                Ok(())
-            };
-        // A linear's `[in, out]` weight and its bias.
-        let linear =
-            |lin: &mut Linear, w: Vec<f32>, b: Vec<f32>, name: &str| -> Result<(), ImportError> {
-                let (d_in, d_out) = (w.len() / b.len(), b.len());
-                lin.weight = t2(w, d_in, d_out);
-                if bias {
-                    lin.bias = Some(t1(b));
-                } else {
-                    zero_bias(name, &b)?;
-                }
-                Ok(())
-            };
-
-        model.wte.weight = t2(take("transformer.wte.weight", &[v, d])?, v, d);
+        let (v, d) = (c.embedding_rows(), c.d_model);
+        let wte = load.take("transformer.wte.weight", &[v, d])?;
+        model.wte.weight = load.t2(wte, v, d);
         if let Some(wpe) = &mut model.wpe {
-            wpe.weight = t2(
-                take("transformer.wpe.weight", &[c.block_size, d])?,
-                c.block_size,
-                d,
-            );
+            let w = load.take("transformer.wpe.weight", &[c.block_size, d])?;
+            wpe.weight = load.t2(w, c.block_size, d);
         }
         for (i, block) in model.blocks.iter_mut().enumerate() {
-            let p = format!("transformer.h.{i}");
-            layer_norm(&mut take, &mut block.ln_1, &format!("{p}.ln_1"))?;
-            // [d, 3d] -> q, k, v of [d, d]: columns 0..d are q, d..2d k, 2d..3d v.
-            let fused = take(&format!("{p}.attn.c_attn.weight"), &[d, 3 * d])?;
-            let fused_bias = take(&format!("{p}.attn.c_attn.bias"), &[3 * d])?;
-            let attn = &mut block.attn;
-            for (j, proj) in [&mut attn.q_proj, &mut attn.k_proj, &mut attn.v_proj]
-                .into_iter()
-                .enumerate()
-            {
-                let w: Vec<f32> = fused
-                    .chunks_exact(3 * d)
-                    .flat_map(|row| &row[j * d..(j + 1) * d])
-                    .copied()
-                    .collect();
-                let b = fused_bias[j * d..(j + 1) * d].to_vec();
-                linear(proj, w, b, &format!("{p}.attn.c_attn.bias"))?;
-            }
-            let w = take(&format!("{p}.attn.c_proj.weight"), &[d, d])?;
-            let b = take(&format!("{p}.attn.c_proj.bias"), &[d])?;
-            linear(&mut attn.o_proj, w, b, &format!("{p}.attn.c_proj.bias"))?;
-            if let Some(ln_2) = &mut block.ln_2 {
-                layer_norm(&mut take, ln_2, &format!("{p}.ln_2"))?;
-            }
-            if let Some(mlp) = &mut block.mlp {
-                let w = take(&format!("{p}.mlp.c_fc.weight"), &[d, ff])?;
-                let b = take(&format!("{p}.mlp.c_fc.bias"), &[ff])?;
-                linear(&mut mlp.c_fc, w, b, &format!("{p}.mlp.c_fc.bias"))?;
-                let w = take(&format!("{p}.mlp.c_proj.weight"), &[ff, d])?;
-                let b = take(&format!("{p}.mlp.c_proj.bias"), &[d])?;
-                linear(&mut mlp.c_proj, w, b, &format!("{p}.mlp.c_proj.bias"))?;
-            }
+            load.block(&format!("transformer.h.{i}"), block)?;
         }
         if let Some(ln_f) = &mut model.ln_f {
-            layer_norm(&mut take, ln_f, "transformer.ln_f")?;
+            load.layer_norm(ln_f, "transformer.ln_f")?;
         }
         if let Some(head) = &mut model.lm_head {
             // nn.Linear's [vocab, d] -> Burn's [d, vocab].
-            let w = take("lm_head.weight", &[v, d])?;
+            let w = load.take("lm_head.weight", &[v, d])?;
             let w = Tensor::<2>::from_data(TensorData::new(w, [v, d]), device).transpose();
             head.weight = Param::from_tensor(w);
         }
-        if let Some(name) = left.keys().next() {
+        if let Some(name) = load.left.keys().next() {
             return Err(ImportError::Unexpected {
-                path: path.clone(),
+                path: self.weights.clone(),
                 name: name.clone(),
                 config: shape_keys(c),
             });
@@ -414,6 +310,148 @@ impl Imported {
             return Err(e);
         }
         Ok(run)
+    }
+}
+
+/// Moves an import's tensors into a model's parameters one at a time, checking each shape.
+/// A bias-free model may store no biases at all (nanoGPT's `bias=False` leaves them out of
+/// every Linear and LayerNorm): a missing bias reads as zero, and a stored one must be zero.
+struct Loader<'a> {
+    /// The tensors not taken yet.
+    left: Tensors,
+    path: &'a PathBuf,
+    config: &'a GptConfig,
+    device: &'a Device,
+}
+
+impl Loader<'_> {
+    /// Takes the tensor `name`, which must have `shape`.
+    fn take(&mut self, name: &str, shape: &[usize]) -> Result<Vec<f32>, ImportError> {
+        let Some((found, values)) = self.left.remove(name) else {
+            if !self.config.bias && name.ends_with(".bias") {
+                return Ok(vec![0.0; shape.iter().product()]);
+            }
+            return Err(ImportError::Missing {
+                dir: self.path.clone(),
+                format: "weights file for this config",
+                what: format!("tensor {name}"),
+            });
+        };
+        if found != shape {
+            return Err(ImportError::Shape {
+                path: self.path.clone(),
+                name: name.into(),
+                found,
+                expected: shape.to_vec(),
+                config: shape_keys(self.config),
+            });
+        }
+        Ok(values)
+    }
+
+    fn t1(&self, v: Vec<f32>) -> Param<Tensor<1>> {
+        let n = v.len();
+        Param::from_tensor(Tensor::from_data(TensorData::new(v, [n]), self.device))
+    }
+
+    fn t2(&self, v: Vec<f32>, rows: usize, cols: usize) -> Param<Tensor<2>> {
+        Param::from_tensor(Tensor::from_data(
+            TensorData::new(v, [rows, cols]),
+            self.device,
+        ))
+    }
+
+    /// A bias-free model's stored bias `name` must be zero to be left out.
+    fn zero_bias(&self, name: &str, values: &[f32]) -> Result<(), ImportError> {
+        if values.iter().all(|&x| x == 0.0) {
+            return Ok(());
+        }
+        Err(ImportError::Unsupported {
+            path: self.path.clone(),
+            key: "headlab.bias".into(),
+            value: "false".into(),
+            why: format!(
+                "the model is bias-free, but {name} is not zero; drop headlab.bias from \
+                 config.json to import the biases"
+            ),
+        })
+    }
+
+    /// A LayerNorm's scale and shift.
+    fn layer_norm(&mut self, ln: &mut LayerNorm, name: &str) -> Result<(), ImportError> {
+        let d = self.config.d_model;
+        let gamma = self.take(&format!("{name}.weight"), &[d])?;
+        ln.gamma = self.t1(gamma);
+        let b = self.take(&format!("{name}.bias"), &[d])?;
+        if self.config.bias {
+            ln.beta = Some(self.t1(b));
+            Ok(())
+        } else {
+            self.zero_bias(&format!("{name}.bias"), &b)
+        }
+    }
+
+    /// A linear's `[in, out]` weight and its bias (named `name` in messages).
+    fn linear(
+        &self,
+        lin: &mut Linear,
+        w: Vec<f32>,
+        b: Vec<f32>,
+        name: &str,
+    ) -> Result<(), ImportError> {
+        let (d_in, d_out) = (w.len() / b.len(), b.len());
+        lin.weight = self.t2(w, d_in, d_out);
+        if self.config.bias {
+            lin.bias = Some(self.t1(b));
+            Ok(())
+        } else {
+            self.zero_bias(name, &b)
+        }
+    }
+
+    /// The linear `{p}.{name}`: its `[d_in, d_out]` weight and `[d_out]` bias.
+    fn take_linear(
+        &mut self,
+        lin: &mut Linear,
+        p: &str,
+        name: &str,
+        [d_in, d_out]: [usize; 2],
+    ) -> Result<(), ImportError> {
+        let w = self.take(&format!("{p}.{name}.weight"), &[d_in, d_out])?;
+        let b = self.take(&format!("{p}.{name}.bias"), &[d_out])?;
+        self.linear(lin, w, b, &format!("{p}.{name}.bias"))
+    }
+
+    /// Block `p` (`transformer.h.<i>`): its LayerNorms, attention (GPT-2's fused `c_attn`
+    /// split into q, k and v) and MLP.
+    fn block(&mut self, p: &str, block: &mut Block) -> Result<(), ImportError> {
+        let (d, ff) = (self.config.d_model, self.config.mlp_width());
+        self.layer_norm(&mut block.ln_1, &format!("{p}.ln_1"))?;
+        // [d, 3d] -> q, k, v of [d, d]: columns 0..d are q, d..2d k, 2d..3d v.
+        let fused = self.take(&format!("{p}.attn.c_attn.weight"), &[d, 3 * d])?;
+        let fused_bias = self.take(&format!("{p}.attn.c_attn.bias"), &[3 * d])?;
+        let attn = &mut block.attn;
+        for (j, proj) in [&mut attn.q_proj, &mut attn.k_proj, &mut attn.v_proj]
+            .into_iter()
+            .enumerate()
+        {
+            let w: Vec<f32> = fused
+                .chunks_exact(3 * d)
+                .flat_map(|row| &row[j * d..(j + 1) * d])
+                .copied()
+                .collect();
+            let b = fused_bias[j * d..(j + 1) * d].to_vec();
+            self.linear(proj, w, b, &format!("{p}.attn.c_attn.bias"))?;
+        }
+        self.take_linear(&mut attn.o_proj, p, "attn.c_proj", [d, d])?;
+        if let Some(ln_2) = &mut block.ln_2 {
+            self.layer_norm(ln_2, &format!("{p}.ln_2"))?;
+        }
+        if let Some(mlp) = &mut block.mlp {
+            self.take_linear(&mut mlp.c_fc, p, "mlp.c_fc", [d, ff])?;
+            self.take_linear(&mut mlp.c_proj, p, "mlp.c_proj", [ff, d])?;
+        }
+        Ok(())
     }
 }
 

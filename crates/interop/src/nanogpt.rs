@@ -18,7 +18,7 @@ use pytorch_reader::{DType, PickleValue, PytorchReader};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::import::{ImportError, Imported, find_tokenizer};
+use crate::import::{ImportError, Imported, Tensors, find_tokenizer};
 
 const FORMAT: &str = "nanoGPT checkpoint";
 
@@ -93,6 +93,46 @@ pub fn read_nanogpt(
     };
     let train_config = root.get("config").map(pickle_json);
 
+    let tensors = state_dict(ckpt)?;
+
+    let (tokenizer, tokenizer_path) = vocabulary(ckpt, meta, tokenizer, args.vocab_size)?;
+    let tokens = tokenizer.vocab_size();
+    let config = gpt_config(&args);
+    // nanoGPT pads GPT-2's 50257 tokens to 50304 for speed: the rows stay, unread.
+    let config = crate::import::fit_vocabulary(config, tokens).map_err(|(tokens, rows)| {
+        ImportError::VocabMismatch {
+            path: tokenizer_path,
+            tokens,
+            rows,
+        }
+    })?;
+    let source = json!({
+        "format": "nanogpt",
+        "from": std::fs::canonicalize(ckpt).unwrap_or_else(|_| ckpt.to_path_buf()),
+        "iter_num": iter_num,
+        "model_args": {
+            "n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd,
+            "block_size": args.block_size, "bias": args.bias, "vocab_size": args.vocab_size,
+            "dropout": args.dropout,
+        },
+        "config": train_config,
+    });
+    Ok(Imported {
+        config,
+        tokenizer,
+        tensors,
+        weights: ckpt.to_path_buf(),
+        source,
+    })
+}
+
+/// The checkpoint's `model` state dict in GPT-2's names and `[in, out]` layout, widened to
+/// f32, without the causal-mask buffers and the tied head.
+fn state_dict(ckpt: &Path) -> Result<Tensors, ImportError> {
+    let corrupt = |why: String| ImportError::Corrupt {
+        path: ckpt.to_path_buf(),
+        why,
+    };
     let reader = PytorchReader::with_top_level_key(ckpt, "model")
         .map_err(|e| corrupt(format!("its 'model' state dict cannot be read ({e})")))?;
     let mut tensors = BTreeMap::new();
@@ -133,10 +173,13 @@ pub fn read_nanogpt(
         };
         tensors.insert(name.to_string(), (shape, values));
     }
+    Ok(tensors)
+}
 
-    let (tokenizer, tokenizer_path) = vocabulary(ckpt, meta, tokenizer, args.vocab_size)?;
-    let tokens = tokenizer.vocab_size();
-    let config = GptConfig {
+/// The model config nanoGPT's `model_args` describe: GPT-2's architecture (learned
+/// positions, pre-norm, exact GELU, tied embeddings).
+fn gpt_config(args: &ModelArgs) -> GptConfig {
+    GptConfig {
         vocab_size: args.vocab_size,
         padded_vocab_size: None,
         block_size: args.block_size,
@@ -152,33 +195,7 @@ pub fn read_nanogpt(
         tie_embeddings: true,
         attn_only: false,
         gelu: Gelu::Exact,
-    };
-    // nanoGPT pads GPT-2's 50257 tokens to 50304 for speed: the rows stay, unread.
-    let config = crate::import::fit_vocabulary(config, tokens).map_err(|(tokens, rows)| {
-        ImportError::VocabMismatch {
-            path: tokenizer_path,
-            tokens,
-            rows,
-        }
-    })?;
-    let source = json!({
-        "format": "nanogpt",
-        "from": std::fs::canonicalize(ckpt).unwrap_or_else(|_| ckpt.to_path_buf()),
-        "iter_num": iter_num,
-        "model_args": {
-            "n_layer": args.n_layer, "n_head": args.n_head, "n_embd": args.n_embd,
-            "block_size": args.block_size, "bias": args.bias, "vocab_size": args.vocab_size,
-            "dropout": args.dropout,
-        },
-        "config": train_config,
-    });
-    Ok(Imported {
-        config,
-        tokenizer,
-        tensors,
-        weights: ckpt.to_path_buf(),
-        source,
-    })
+    }
 }
 
 /// The checkpoint's tokenizer, and the file it came from.

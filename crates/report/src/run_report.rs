@@ -73,6 +73,7 @@ pub struct RunReport {
 }
 
 /// Writes `RUN/report.html` from the run's files.
+// Over 80 lines on purpose: one page's data gathered from the run's files field by field, each a few lines.
 pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
     let root = &run.root;
     let read = |name: &str| std::fs::read_to_string(root.join(name)).ok();

@@ -10,6 +10,7 @@ use crate::plot::{PALETTE, ensure_font};
 
 /// Draws every head's induction (solid) and previous-token (pale) score against step, with
 /// the loss on the repeated half on a second axis.
+// Over 80 lines on purpose: one chart: plotters' builder calls in a row.
 pub fn history_png(history: &HeadHistory, path: &Path) -> Result<(), ReportError> {
     ensure_font();
     let err = |e: &dyn std::fmt::Display| ReportError::draw(path, e);

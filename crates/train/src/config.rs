@@ -325,6 +325,7 @@ impl RunConfig {
 
     /// Checks everything that would otherwise fail (or silently misbehave) mid-run: each
     /// section with its own rules, then what spans sections.
+    // Over 80 lines on purpose: one check per key in the order of the file, each a few lines.
     pub fn validate(&self) -> Result<(), ValidationError> {
         let (m, t) = (&self.model, &self.train);
         if m.vocab_size != 0 {

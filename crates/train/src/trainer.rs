@@ -258,6 +258,7 @@ pub fn train(
 }
 
 /// [`train`] once the run, its config and its data are resolved.
+// Over 80 lines on purpose: the loop's setup and the loop, in the order a run takes them; each step is a method of TrainLoop.
 fn train_resolved(
     (run, config, dataset, saved, new_text): Resolved,
     backend: BackendKind,
@@ -432,6 +433,7 @@ type Resolved = (RunDir, RunConfig, Dataset, RunConfig, Option<String>);
 /// The run of `options` with its config and data, everything checked: a fresh directory
 /// (created only once nothing can fail), or an existing one with its saved config and
 /// `--set`s (saved once the checkpoint has loaded).
+// Over 80 lines on purpose: a fresh, resumed or forced run: three short branches that share their checks.
 fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
     let (run, config, dataset, saved, new_text) = if options.resume {
         let run = RunDir::open(&options.out)?;
