@@ -103,6 +103,11 @@ mod tests {
     /// restore the setting while these two live, so this holds under parallel tests.
     #[test]
     fn guards_turn_purging_off_while_any_is_alive() {
+        two_guards();
+    }
+
+    /// Two nested guards, the outer dropped first: purging stays off until both are gone.
+    fn two_guards() {
         let outer = KeepFreedPages::new();
         let inner = KeepFreedPages::new();
         assert_eq!(purge_delay(), -1);
@@ -121,12 +126,7 @@ mod tests {
     fn the_index_is_the_purge_delay_and_the_last_guard_restores_it() {
         if std::env::var_os(CHILD).is_some() {
             assert_eq!(purge_delay(), FROM_ENV, "not the purge delay");
-            let outer = KeepFreedPages::new();
-            let inner = KeepFreedPages::new();
-            assert_eq!(purge_delay(), -1);
-            drop(outer);
-            assert_eq!(purge_delay(), -1, "a guard is still alive");
-            drop(inner);
+            two_guards();
             assert_eq!(purge_delay(), FROM_ENV, "the last guard did not restore it");
             return;
         }
