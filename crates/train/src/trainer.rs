@@ -71,9 +71,17 @@ pub enum TrainError {
     /// Writing `metrics.csv`.
     #[error(transparent)]
     Metrics(#[from] crate::metrics::MetricsError),
-    /// An observer (head tracking, plots).
-    #[error("{0}")]
-    Output(String),
+    /// An observer (head tracking, plots) failed.
+    #[error(transparent)]
+    Observer(ObserverError),
+    /// Writing the final sample.
+    #[error("cannot write {}: {source}", path.display())]
+    Sample {
+        /// `sample.txt` in the run.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// `--resume` of a run that has already reached `train.max_iters`.
     #[error(
         "{} is already at step {step} and train.max_iters is {max_iters}: nothing to do, \
@@ -241,7 +249,7 @@ pub trait Observer {
 }
 
 fn observer_error(e: ObserverError) -> TrainError {
-    TrainError::Output(e.to_string())
+    TrainError::Observer(e)
 }
 
 /// Trains as `options` say, writing everything into the run directory and telling each of
@@ -368,8 +376,10 @@ fn train_resolved(
         options.print_sample,
     );
     let sample_path = run.root.join(crate::run::SAMPLE_FILE);
-    std::fs::write(&sample_path, &sample)
-        .map_err(|e| TrainError::Output(format!("cannot write {}: {e}", sample_path.display())))?;
+    std::fs::write(&sample_path, &sample).map_err(|source| TrainError::Sample {
+        path: sample_path.clone(),
+        source,
+    })?;
     Ok(TrainSummary {
         run: run.root.clone(),
         train_loss: lp.last_losses.0,
