@@ -39,8 +39,31 @@ fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
     ));
     assert_eq!(table.lines().count(), 1 + 4, "{table}");
     let out = run.join("heads");
-    for f in ["heads.csv", "heads.json", "attention.png", "heads.html"] {
+    for f in [
+        "heads.csv",
+        "heads.json",
+        "composition.csv",
+        "attention.png",
+        "heads.html",
+    ] {
         assert!(out.join(f).is_file(), "{f} missing");
+    }
+    // Modes Q, K, V x (2 writers in layer 0 x 2 readers in layer 1); scores and the random
+    // baseline are fractions.
+    let composition = std::fs::read_to_string(out.join("composition.csv")).unwrap();
+    let lines: Vec<&str> = composition.lines().collect();
+    assert_eq!(
+        lines[0],
+        "mode,from_layer,from_head,to_layer,to_head,score,random_baseline"
+    );
+    assert_eq!(lines.len(), 1 + 3 * 4, "{composition}");
+    for line in &lines[1..] {
+        let f: Vec<&str> = line.split(',').collect();
+        assert_eq!((f[1], f[3]), ("0", "1"), "{line}");
+        for v in &f[5..] {
+            let v: f64 = v.parse().unwrap();
+            assert!(v > 0.0 && v <= 1.0, "{line}");
+        }
     }
     let json: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("heads.json")).unwrap()).unwrap();

@@ -18,6 +18,7 @@ use serde::Serialize;
 
 use headlab_train::eval::LossSum;
 
+use crate::composition::{CompositionTable, composition_table};
 use crate::scores::{HeadLabel, Pattern, label};
 
 /// Everything measured about one head.
@@ -430,6 +431,8 @@ pub struct HeadReport {
     pub rows: Vec<HeadRow>,
     /// The maps of `map_ids`.
     pub maps: AttentionMaps,
+    /// How much later heads read what earlier ones write, from the weights.
+    pub composition: CompositionTable,
 }
 
 /// Analyses `model` on `probe` and draws the attention maps of the text `map_ids`.
@@ -446,7 +449,11 @@ pub fn head_report(
         tokens: map_ids.iter().map(|&id| tokenizer.token_text(id)).collect(),
         weights: mean_patterns(model, map_ids, 1, t, device),
     };
-    HeadReport { rows, maps }
+    HeadReport {
+        rows,
+        maps,
+        composition: composition_table(model),
+    }
 }
 
 #[cfg(test)]

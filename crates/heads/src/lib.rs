@@ -4,6 +4,8 @@
 //!   duplicate-token, first-token, distance, entropy) and the labels drawn from them.
 //! - [`analysis`]: fixed probes, pattern scores, zero and mean ablation, gradient importance,
 //!   and the head table of a checkpoint.
+//! - [`composition`]: Q, K and V composition scores between heads of different layers, from
+//!   the weights, and what random heads of the same shapes score.
 //! - [`history`]: scores through training (`head_history.csv`) and the induction circuit read from
 //!   them.
 //! - [`maps`]: attention maps through training (`head_maps.jsonl`).
@@ -13,12 +15,14 @@
 //! must not depend on it (or on the CLI).
 
 pub mod analysis;
+pub mod composition;
 pub mod history;
 pub mod maps;
 pub mod scores;
 pub mod tracker;
 
 pub use analysis::{AttentionMaps, HeadReport, HeadRow, PatternScores, Probe, head_report};
+pub use composition::{Composition, CompositionTable, Mode, composition_table};
 pub use history::{Circuit, HISTORY_HEADER, HeadHistory, find_circuit};
 pub use maps::{MAPS_FILE, MapHistory, MapsFileError, MapsHeader};
 pub use scores::HeadLabel;

@@ -3,18 +3,23 @@
 
 use std::path::Path;
 
-use headlab_heads::{HeadReport, HeadRow};
+use headlab_heads::{CompositionTable, HeadReport, HeadRow};
 
 use crate::ReportError;
 use crate::explorer::{html_page, maps_png};
 
-/// Writes `heads.csv`, `heads.json`, `attention.png` and `heads.html` into `out`.
+/// Writes `heads.csv`, `heads.json`, `composition.csv`, `attention.png` and `heads.html`
+/// into `out`.
 pub fn write_head_report(out: &Path, title: &str, report: &HeadReport) -> Result<(), ReportError> {
     std::fs::create_dir_all(out).map_err(|e| ReportError::write(out, e))?;
     let rows = &report.rows;
     crate::write(&out.join("heads.csv"), to_csv(rows))?;
     let json = serde_json::to_string_pretty(rows).expect("head rows serialise");
     crate::write(&out.join("heads.json"), json)?;
+    crate::write(
+        &out.join(COMPOSITION_FILE),
+        composition_csv(&report.composition),
+    )?;
     maps_png(&out.join("attention.png"), &report.maps, rows)?;
     crate::write(
         &out.join("heads.html"),
@@ -50,6 +55,29 @@ fn values(r: &HeadRow) -> [f64; 9] {
         r.ablation_mean,
         r.grad_importance,
     ]
+}
+
+/// The composition scores beside the head table.
+pub const COMPOSITION_FILE: &str = "composition.csv";
+
+/// `composition.csv`: one row per mode and pair of heads in different layers (the earlier one
+/// writes, the later one reads), with the score random heads of the same shapes get.
+pub fn composition_csv(table: &CompositionTable) -> String {
+    let mut out =
+        String::from("mode,from_layer,from_head,to_layer,to_head,score,random_baseline\n");
+    for c in &table.scores {
+        let baseline = table.baseline[c.mode as usize];
+        out += &format!(
+            "{},{},{},{},{},{:.6},{baseline:.6}\n",
+            c.mode.name(),
+            c.from.0,
+            c.from.1,
+            c.to.0,
+            c.to.1,
+            c.score
+        );
+    }
+    out
 }
 
 /// The table as CSV.
