@@ -43,6 +43,7 @@ fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
         "heads.csv",
         "heads.json",
         "composition.csv",
+        "detector.csv",
         "attention.png",
         "heads.html",
     ] {
@@ -57,6 +58,13 @@ fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
         "mode,from_layer,from_head,to_layer,to_head,score,random_baseline"
     );
     assert_eq!(lines.len(), 1 + 3 * 4, "{composition}");
+    let detector = std::fs::read_to_string(out.join("detector.csv")).unwrap();
+    let rows: Vec<&str> = detector.lines().collect();
+    assert_eq!(
+        rows[0],
+        "layer,head,previous_token_head,duplicate_token_head,induction_head"
+    );
+    assert_eq!(rows.len(), 1 + 4, "{detector}");
     for line in &lines[1..] {
         let f: Vec<&str> = line.split(',').collect();
         assert_eq!((f[1], f[3]), ("0", "1"), "{line}");

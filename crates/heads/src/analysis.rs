@@ -19,6 +19,7 @@ use serde::Serialize;
 use headlab_train::eval::LossSum;
 
 use crate::composition::{CompositionTable, composition_table};
+use crate::detector::{DetectorRow, detector_rows};
 use crate::scores::{HeadLabel, Pattern, label};
 
 /// Everything measured about one head.
@@ -433,6 +434,8 @@ pub struct HeadReport {
     pub maps: AttentionMaps,
     /// How much later heads read what earlier ones write, from the weights.
     pub composition: CompositionTable,
+    /// TransformerLens's detector scores on the same probe.
+    pub detector: Vec<DetectorRow>,
 }
 
 /// Analyses `model` on `probe` and draws the attention maps of the text `map_ids`.
@@ -453,6 +456,7 @@ pub fn head_report(
         rows,
         maps,
         composition: composition_table(model),
+        detector: detector_rows(model, probe, device),
     }
 }
 

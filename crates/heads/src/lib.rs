@@ -6,6 +6,8 @@
 //!   and the head table of a checkpoint.
 //! - [`composition`]: Q, K and V composition scores between heads of different layers, from
 //!   the weights, and what random heads of the same shapes score.
+//! - [`detector`]: TransformerLens's head detector (previous-token, duplicate-token,
+//!   induction by its "mul" rule), so scores compare with work that used it.
 //! - [`history`]: scores through training (`head_history.csv`) and the induction circuit read from
 //!   them.
 //! - [`maps`]: attention maps through training (`head_maps.jsonl`).
@@ -16,6 +18,7 @@
 
 pub mod analysis;
 pub mod composition;
+pub mod detector;
 pub mod history;
 pub mod maps;
 pub mod scores;
@@ -23,6 +26,7 @@ pub mod tracker;
 
 pub use analysis::{AttentionMaps, HeadReport, HeadRow, PatternScores, Probe, head_report};
 pub use composition::{Composition, CompositionTable, Mode, composition_table};
+pub use detector::{Detection, DetectorRow, detector_rows};
 pub use history::{Circuit, HISTORY_HEADER, HeadHistory, find_circuit};
 pub use maps::{MAPS_FILE, MapHistory, MapsFileError, MapsHeader};
 pub use scores::HeadLabel;

@@ -3,13 +3,13 @@
 
 use std::path::Path;
 
-use headlab_heads::{CompositionTable, HeadReport, HeadRow};
+use headlab_heads::{CompositionTable, DetectorRow, HeadReport, HeadRow};
 
 use crate::ReportError;
 use crate::explorer::{html_page, maps_png};
 
-/// Writes `heads.csv`, `heads.json`, `composition.csv`, `attention.png` and `heads.html`
-/// into `out`.
+/// Writes `heads.csv`, `heads.json`, `composition.csv`, `detector.csv`, `attention.png` and
+/// `heads.html` into `out`.
 pub fn write_head_report(out: &Path, title: &str, report: &HeadReport) -> Result<(), ReportError> {
     std::fs::create_dir_all(out).map_err(|e| ReportError::write(out, e))?;
     let rows = &report.rows;
@@ -20,6 +20,7 @@ pub fn write_head_report(out: &Path, title: &str, report: &HeadReport) -> Result
         &out.join(COMPOSITION_FILE),
         composition_csv(&report.composition),
     )?;
+    crate::write(&out.join(DETECTOR_FILE), detector_csv(&report.detector))?;
     maps_png(&out.join("attention.png"), &report.maps, rows)?;
     crate::write(
         &out.join("heads.html"),
@@ -75,6 +76,23 @@ pub fn composition_csv(table: &CompositionTable) -> String {
             c.to.0,
             c.to.1,
             c.score
+        );
+    }
+    out
+}
+
+/// TransformerLens's detector scores beside the head table.
+pub const DETECTOR_FILE: &str = "detector.csv";
+
+/// `detector.csv`: each head's previous-token, duplicate-token and induction scores by
+/// TransformerLens's `detect_head` rule, named as it names them.
+pub fn detector_csv(rows: &[DetectorRow]) -> String {
+    let mut out =
+        String::from("layer,head,previous_token_head,duplicate_token_head,induction_head\n");
+    for r in rows {
+        out += &format!(
+            "{},{},{:.6},{:.6},{:.6}\n",
+            r.layer, r.head, r.previous_token, r.duplicate_token, r.induction
         );
     }
     out
