@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::common::{chromium, headlab, ok, render, tiny};
+use crate::common::{TINY, chromium, headlab, ok, render, tiny};
 use headlab_kernels::to_host;
 
 #[test]
@@ -624,4 +624,42 @@ fn summary_table(out: &Path) -> Vec<String> {
         .filter(|l| l.starts_with('|'))
         .map(str::to_string)
         .collect()
+}
+
+/// `headlab lens` on an exported model imported back: one row per stage in the table, a CSV
+/// row per stage and position, the picture; a one-token text and a post-norm run are refused
+/// with exit 2, writing nothing.
+#[test]
+fn lens_reads_every_stage_and_refuses_what_it_cannot_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports/char");
+    ok(&headlab(
+        &["import", "hf", export.to_str().unwrap(), "--out", "imp"],
+        dir.path(),
+    ));
+    let text = "the spy sees the spy.";
+    let table = ok(&headlab(&["lens", "imp", "--text", text], dir.path()));
+    let stages: Vec<&str> = table
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(stages, ["0_pre", "0_mid", "1_pre", "1_mid", "final_post"]);
+    let csv = std::fs::read_to_string(dir.path().join("imp/lens/lens.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 5 * (text.len() - 1));
+    assert!(dir.path().join("imp/lens/lens.png").is_file());
+
+    let short = headlab(&["lens", "imp", "--text", "t"], dir.path());
+    assert_eq!(short.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&short.stderr);
+    assert!(stderr.contains("at least 2"), "{stderr}");
+
+    let mut train = vec!["train", "--out", "post", "--set", "model.norm=post"];
+    train.extend_from_slice(&TINY);
+    ok(&headlab(&train, dir.path()));
+    let post = headlab(&["lens", "post", "--text", "the dog"], dir.path());
+    assert_eq!(post.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&post.stderr);
+    assert!(stderr.contains("post-norm"), "{stderr}");
+    assert!(!dir.path().join("post/lens").exists());
 }

@@ -22,7 +22,8 @@ pub struct HeadsArgs {
     /// Read that text from a file.
     #[arg(long)]
     pub file: Option<PathBuf>,
-    /// Where to write heads.csv, heads.json, attention.png and heads.html (default: RUN/heads).
+    /// Where to write heads.csv, heads.json, composition.csv, detector.csv, attention.png and
+    /// heads.html (default: RUN/heads).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
     /// Backend to run on: flex, flex-burn, ndarray or wgpu (default: the run's own
@@ -39,7 +40,8 @@ pub fn run(args: HeadsArgs) -> Result<()> {
     let (out, report) = write(&args)?;
     print!("{}", to_table(&report.rows));
     eprintln!(
-        "wrote {0}/heads.csv, heads.json, attention.png and heads.html (open it in a browser)",
+        "wrote {0}/heads.csv, heads.json, composition.csv, detector.csv, attention.png and \
+         heads.html (open it in a browser)",
         out.display()
     );
     Ok(())

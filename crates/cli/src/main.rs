@@ -19,6 +19,7 @@ mod export;
 mod heads;
 mod import;
 mod lab;
+mod lens;
 mod report;
 mod sample;
 mod train;
@@ -46,6 +47,10 @@ enum Command {
     Eval(eval::EvalArgs),
     /// What each attention head does: scores, labels, ablations, maps and an HTML explorer.
     Heads(heads::HeadsArgs),
+    /// The logit lens: what the model would predict after each layer (and after each
+    /// attention), read through its final LayerNorm and LM head, with the loss on the text at
+    /// every stage. Writes lens.csv and lens.png.
+    Lens(lens::LensArgs),
     /// A run's page, report.html: losses, every head's scores and attention map through
     /// training on a step slider, the head table and a sample. `train` writes it at the end;
     /// this redraws it, e.g. for a run that was stopped.
@@ -72,6 +77,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Sample(args) => sample::run(args),
         Command::Eval(args) => eval::run(args),
         Command::Heads(args) => heads::run(args),
+        Command::Lens(args) => lens::run(args),
         Command::Report(args) => report::run(args),
         Command::Lab(args) => lab::run(args),
         Command::Compare(args) => compare::run(args),

@@ -8,6 +8,8 @@
 //!   the weights, and what random heads of the same shapes score.
 //! - [`detector`]: TransformerLens's head detector (previous-token, duplicate-token,
 //!   induction by its "mul" rule), so scores compare with work that used it.
+//! - [`lens`]: the logit lens, every state of the residual stream read through the final
+//!   LayerNorm and LM head.
 //! - [`history`]: scores through training (`head_history.csv`) and the induction circuit read from
 //!   them.
 //! - [`maps`]: attention maps through training (`head_maps.jsonl`).
@@ -20,6 +22,7 @@ pub mod analysis;
 pub mod composition;
 pub mod detector;
 pub mod history;
+pub mod lens;
 pub mod maps;
 pub mod scores;
 pub mod tracker;
@@ -28,6 +31,7 @@ pub use analysis::{AttentionMaps, HeadReport, HeadRow, PatternScores, Probe, hea
 pub use composition::{Composition, CompositionTable, Mode, composition_table};
 pub use detector::{Detection, DetectorRow, detector_rows};
 pub use history::{Circuit, HISTORY_HEADER, HeadHistory, find_circuit};
+pub use lens::{LensError, LensStage, logit_lens};
 pub use maps::{MAPS_FILE, MapHistory, MapsFileError, MapsHeader};
 pub use scores::HeadLabel;
 pub use tracker::{HISTORY_FILE, HeadTracker, LEGACY_HISTORY_FILE};

@@ -173,11 +173,12 @@ impl Gpt {
         }
     }
 
-    /// Final LayerNorm and LM head. A padded vocabulary's extra rows get no logit.
+    /// Final LayerNorm and LM head: the logits of a residual stream (the logit lens reads
+    /// intermediate states through it). A padded vocabulary's extra rows get no logit.
     ///
     /// # Shapes
     /// `[b, t, d_model] -> [b, t, vocab_size]`
-    fn head(&self, x: Tensor<3>) -> Tensor<3> {
+    pub fn readout(&self, x: Tensor<3>) -> Tensor<3> {
         let x = match &self.ln_f {
             Some(ln) => norm(ln, x),
             None => x,
@@ -253,7 +254,7 @@ impl Gpt {
             }
         }
         GptOutput {
-            logits: self.head(x),
+            logits: self.readout(x),
             weights,
             head_outputs,
             sublayers,
@@ -279,7 +280,7 @@ impl Gpt {
                 .x;
         }
         cache.len += t;
-        self.head(x)
+        self.readout(x)
     }
 }
 

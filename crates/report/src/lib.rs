@@ -7,6 +7,7 @@
 //! - [`explorer`]: the attention-map grid (`attention.png`) and the explorer page
 //!   (`heads.html`).
 //! - [`head_table`]: a checkpoint's head table as files and as terminal text.
+//! - [`heatmap`]: a grid of values in [0, 1] with labelled rows and columns.
 //! - [`observer`]: the plots of a run, redrawn while it trains.
 //! - [`run_report`]: a run's page (`report.html`), with training time as a slider.
 //!
@@ -14,6 +15,7 @@
 
 pub mod explorer;
 pub mod head_table;
+pub mod heatmap;
 pub mod loss;
 pub mod observer;
 pub mod plot;
