@@ -649,6 +649,41 @@ fn lens_reads_every_stage_and_refuses_what_it_cannot_read() {
     assert_eq!(csv.lines().count(), 1 + 5 * (text.len() - 1));
     assert!(dir.path().join("imp/lens/lens.png").is_file());
 
+    // Direct logit attribution: the parts in attribution.csv add up to the total printed.
+    let args = [
+        "lens",
+        "imp",
+        "--text",
+        "the spy sees the sp",
+        "--answer",
+        "y",
+        "--versus",
+        "e",
+    ];
+    let printed = ok(&headlab(&args, dir.path()));
+    let total: f64 = printed
+        .lines()
+        .find_map(|l| l.split("logit(e) = ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no total in {printed}"));
+    let parts = std::fs::read_to_string(dir.path().join("imp/lens/attribution.csv")).unwrap();
+    // The embedding, 2 layers x (2 heads, an attention bias, an MLP), the final LayerNorm's
+    // shift.
+    assert_eq!(parts.lines().count(), 1 + 1 + 2 * 4 + 1, "{parts}");
+    let sum: f64 = parts
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit(',').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert!((sum - total).abs() < 2e-3, "parts {sum} vs total {total}");
+    let two = headlab(
+        &["lens", "imp", "--text", "the", "--answer", "yy"],
+        dir.path(),
+    );
+    assert_eq!(two.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&two.stderr).contains("is 2 tokens"));
+
     let short = headlab(&["lens", "imp", "--text", "t"], dir.path());
     assert_eq!(short.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&short.stderr);

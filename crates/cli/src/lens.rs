@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use headlab_data::Tokenizer;
-use headlab_heads::{LensStage, logit_lens};
+use headlab_heads::{LensStage, attribute, logit_lens};
 use headlab_report::heatmap::heatmap_png;
 
 use crate::common::{Checkpoint, open_run};
@@ -23,7 +23,14 @@ pub struct LensArgs {
     /// Most likely tokens to list per stage and position.
     #[arg(long, default_value_t = 3)]
     pub top: usize,
-    /// Where to write lens.csv and lens.png (default: RUN/lens).
+    /// Also attribute, after the whole text, this token's logit to each head, MLP and the
+    /// embedding (direct logit attribution); writes attribution.csv.
+    #[arg(long)]
+    pub answer: Option<String>,
+    /// With --answer: attribute the difference between its logit and this token's.
+    #[arg(long, requires = "answer")]
+    pub versus: Option<String>,
+    /// Where to write lens.csv, lens.png and attribution.csv (default: RUN/lens).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
     /// Backend to run on: flex, flex-burn, ndarray or wgpu (default: the run's own
@@ -44,6 +51,31 @@ pub fn run(args: LensArgs) -> Result<()> {
     let tokenizer = &trained.tokenizer;
     let tokens = tokenizer.encode(&args.text).context("encoding --text")?;
     let stages = logit_lens(&trained.model, &tokens, args.top, &device)?;
+    let one = |flag: &str, text: &str| -> Result<u32> {
+        let ids = tokenizer
+            .encode(text)
+            .with_context(|| format!("encoding {flag}"))?;
+        match ids[..] {
+            [id] => Ok(id),
+            _ => bail!(
+                "{flag} {text:?} is {} tokens; give exactly one token of the run's vocabulary",
+                ids.len()
+            ),
+        }
+    };
+    let attribution = match &args.answer {
+        Some(answer) => {
+            let answer = one("--answer", answer)?;
+            let versus = args
+                .versus
+                .as_deref()
+                .map(|v| one("--versus", v))
+                .transpose()?;
+            let a = attribute(&trained.model, &tokens, answer, versus, &device)?;
+            Some((a, answer, versus))
+        }
+        None => None,
+    };
     let out = args.out.clone().unwrap_or_else(|| run.root.join("lens"));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let csv = out.join("lens.csv");
@@ -53,6 +85,32 @@ pub fn run(args: LensArgs) -> Result<()> {
     draw(&png, &stages, &tokens, tokenizer)?;
     print!("{}", table(&stages, &tokens, tokenizer));
     eprintln!("wrote {} and {}", csv.display(), png.display());
+    if let Some((a, answer, versus)) = attribution {
+        let path = out.join("attribution.csv");
+        let mut text = String::from("part,direct_logit\n");
+        for p in &a.parts {
+            let _ = writeln!(text, "{},{:.6}", p.name, p.logit);
+        }
+        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+        let what = match versus {
+            Some(b) => format!(
+                "logit({}) - logit({})",
+                shown(tokenizer, answer),
+                shown(tokenizer, b)
+            ),
+            None => format!("logit({})", shown(tokenizer, answer)),
+        };
+        println!(
+            "\ndirect logit attribution of {what} = {:.3} after the whole text; largest parts:",
+            a.logit
+        );
+        let mut parts = a.parts.clone();
+        parts.sort_by(|x, y| y.logit.abs().total_cmp(&x.logit.abs()));
+        for p in parts.iter().take(8) {
+            println!("  {:<24}{:>+9.3}", p.name, p.logit);
+        }
+        eprintln!("wrote {}", path.display());
+    }
     Ok(())
 }
 

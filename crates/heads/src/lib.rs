@@ -4,6 +4,7 @@
 //!   duplicate-token, first-token, distance, entropy) and the labels drawn from them.
 //! - [`analysis`]: fixed probes, pattern scores, zero and mean ablation, gradient importance,
 //!   and the head table of a checkpoint.
+//! - [`attribution`]: direct logit attribution, each head's and MLP's direct share of a logit.
 //! - [`composition`]: Q, K and V composition scores between heads of different layers, from
 //!   the weights, and what random heads of the same shapes score.
 //! - [`detector`]: TransformerLens's head detector (previous-token, duplicate-token,
@@ -19,6 +20,7 @@
 //! must not depend on it (or on the CLI).
 
 pub mod analysis;
+pub mod attribution;
 pub mod composition;
 pub mod detector;
 pub mod history;
@@ -28,6 +30,7 @@ pub mod scores;
 pub mod tracker;
 
 pub use analysis::{AttentionMaps, HeadReport, HeadRow, PatternScores, Probe, head_report};
+pub use attribution::{Attribution, AttributionError, Part, attribute};
 pub use composition::{Composition, CompositionTable, Mode, composition_table};
 pub use detector::{Detection, DetectorRow, detector_rows};
 pub use history::{Circuit, HISTORY_HEADER, HeadHistory, find_circuit};

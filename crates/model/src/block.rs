@@ -10,7 +10,7 @@ use headlab_kernels::linear_layer;
 use crate::config::{Gelu, GptConfig, Norm};
 
 /// LayerNorm's epsilon, PyTorch's default (`burn::nn::LayerNorm` keeps its own private).
-pub(crate) const LN_EPSILON: f64 = 1e-5;
+pub const LN_EPSILON: f64 = 1e-5;
 
 /// A `[d_model]` LayerNorm, with a shift when the model has biases.
 pub(crate) fn layer_norm_config(config: &GptConfig) -> LayerNormConfig {
