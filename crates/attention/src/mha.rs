@@ -12,7 +12,7 @@
 use burn::config::Config;
 use burn::module::{Module, Param};
 use burn::nn::{Dropout, DropoutConfig, Initializer, Linear, LinearConfig};
-use burn::tensor::{Bool, Device, Tensor};
+use burn::tensor::{Bool, Device, Tensor, TensorData};
 use headlab_kernels::{flash_attention_heads_last, linear_layer};
 
 use crate::error::AttentionConfigError;
@@ -170,6 +170,9 @@ pub struct AttentionOptions {
     pub return_weights: bool,
     /// Return every head's output `[b, n_heads, t_q, d_k]` (before mask and bias).
     pub return_head_outputs: bool,
+    /// Activation patching: head `.0`'s output is replaced by that head's slice of `.1`
+    /// `[b, n_heads, t_q, d_k]` (another run's outputs) at every position, after mask and bias.
+    pub head_patch: Option<(usize, Tensor<4>)>,
 }
 
 impl AttentionOptions {
@@ -180,6 +183,7 @@ impl AttentionOptions {
             && self.head_bias.is_none()
             && !self.return_weights
             && !self.return_head_outputs
+            && self.head_patch.is_none()
     }
 
     /// Options that ask for the attention weights.
@@ -330,6 +334,20 @@ impl MultiHeadAttention {
         if let Some(head_bias) = options.head_bias {
             // [h, d_k] -> [1, h, 1, d_k]
             context = context.add(head_bias.reshape([1, self.n_heads, 1, self.d_k]));
+        }
+        if let Some((head, value)) = options.head_patch {
+            // One-hot over heads, [1, h, 1, 1]: the other heads keep their own outputs exactly.
+            let mut pick = vec![0.0f32; self.n_heads];
+            pick[head] = 1.0;
+            let on = (&value.device(), value.dtype());
+            let pick = Tensor::<1>::from_data(TensorData::new(pick, [self.n_heads]), on).reshape([
+                1,
+                self.n_heads,
+                1,
+                1,
+            ]);
+            let keep = pick.clone().neg().add_scalar(1.0);
+            context = context.mul(keep).add(value.mul(pick));
         }
         // [b, h, t_q, d_k] -> [b, t_q, h, d_k] -> [b, t_q, h * d_k]
         let context = context.swap_dims(1, 2).reshape([b, t_q, self.d_model()]);

@@ -13,6 +13,7 @@
 //!   LayerNorm and LM head.
 //! - [`history`]: scores through training (`head_history.csv`) and the induction circuit read from
 //!   them.
+//! - [`patching`]: activation patching of a clean prompt into a corrupted one, site by site.
 //! - [`maps`]: attention maps through training (`head_maps.jsonl`).
 //! - [`tracker`]: a training observer that records both.
 //!
@@ -26,6 +27,7 @@ pub mod detector;
 pub mod history;
 pub mod lens;
 pub mod maps;
+pub mod patching;
 pub mod scores;
 pub mod tracker;
 
@@ -36,5 +38,6 @@ pub use detector::{Detection, DetectorRow, detector_rows};
 pub use history::{Circuit, HISTORY_HEADER, HeadHistory, find_circuit};
 pub use lens::{LensError, LensStage, logit_lens};
 pub use maps::{MAPS_FILE, MapHistory, MapsFileError, MapsHeader};
+pub use patching::{Metric, PatchError, Patching, Sweep, patch_sweeps};
 pub use scores::HeadLabel;
 pub use tracker::{HISTORY_FILE, HeadTracker, LEGACY_HISTORY_FILE};

@@ -2,7 +2,7 @@
 
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear};
-use burn::tensor::{Device, Tensor};
+use burn::tensor::{Device, Tensor, TensorData};
 pub(crate) use headlab_attention::gpt2_linear;
 use headlab_attention::{AttentionOptions, MultiHeadAttention, apply_rope};
 use headlab_kernels::linear_layer;
@@ -84,6 +84,51 @@ pub struct LayerCache {
     pub v: Tensor<4>,
 }
 
+/// Activation patching: another run's values in place of this run's own, at one site.
+#[derive(Debug, Clone)]
+pub enum PatchSite {
+    /// The residual stream entering the block, at one position.
+    ResidPre {
+        /// The position patched.
+        position: usize,
+        /// `[b, t, d_model]`: the other run's stream there.
+        value: Tensor<3>,
+    },
+    /// The attention sublayer's output (what it adds to the stream) at one position.
+    Attention {
+        /// The position patched.
+        position: usize,
+        /// `[b, t, d_model]`: the other run's attention output.
+        value: Tensor<3>,
+    },
+    /// The MLP's output at one position.
+    Mlp {
+        /// The position patched.
+        position: usize,
+        /// `[b, t, d_model]`: the other run's MLP output.
+        value: Tensor<3>,
+    },
+    /// One head's output before `W_O`, at every position.
+    Head {
+        /// The head patched.
+        head: usize,
+        /// `[b, n_heads, t, d_k]`: the other run's head outputs.
+        value: Tensor<4>,
+    },
+}
+
+/// `x [b, t, d]` with row `position` taken from `value`; every other row is `x`'s, exactly.
+pub fn patch_position(x: Tensor<3>, value: Tensor<3>, position: usize) -> Tensor<3> {
+    let t = x.dims()[1];
+    let mut pick = vec![0.0f32; t];
+    pick[position] = 1.0;
+    let on = (&x.device(), x.dtype());
+    // [t] -> [1, t, 1]
+    let pick = Tensor::<1>::from_data(TensorData::new(pick, [t]), on).reshape([1, t, 1]);
+    let keep = pick.clone().neg().add_scalar(1.0);
+    x.mul(keep).add(value.mul(pick))
+}
+
 /// What a block's attention is asked to do besides its forward pass.
 #[derive(Debug, Clone, Default)]
 pub struct BlockOptions {
@@ -98,6 +143,9 @@ pub struct BlockOptions {
     /// Return the attention and MLP sublayers' outputs (what each adds to the residual
     /// stream), without changing which kernels compute them.
     pub return_sublayers: bool,
+    /// Another run's values at one site of this block (the residual stream entering it is
+    /// patched by the model, before the block runs).
+    pub patch: Option<PatchSite>,
 }
 
 /// A block's output and what its attention was asked to capture.
@@ -171,16 +219,21 @@ impl Block {
         } else {
             x.clone()
         };
+        let (head_patch, sublayer_patch) = match options.patch {
+            Some(PatchSite::Head { head, value }) => (Some((head, value)), None),
+            other => (None, other),
+        };
         let plain = !self.rope
             && cache.is_none()
             && options.head_mask.is_none()
             && options.head_bias.is_none()
+            && head_patch.is_none()
             && !options.return_weights
             && !options.return_head_outputs;
         let sublayers = options.return_sublayers;
         let max_score = sublayers.then(|| self.max_score(h.clone(), offset));
         if plain && let Some(output) = self.attn.forward_direct(h.clone()) {
-            let mut out = self.finish(x, output, None, None, sublayers);
+            let mut out = self.finish(x, output, None, None, sublayers, sublayer_patch);
             out.max_score = max_score;
             return out;
         }
@@ -217,9 +270,17 @@ impl Block {
                 head_bias: options.head_bias,
                 return_weights: options.return_weights,
                 return_head_outputs: options.return_head_outputs,
+                head_patch,
             },
         );
-        let mut out = self.finish(x, attn.output, attn.weights, attn.head_outputs, sublayers);
+        let mut out = self.finish(
+            x,
+            attn.output,
+            attn.weights,
+            attn.head_outputs,
+            sublayers,
+            sublayer_patch,
+        );
         out.max_score = max_score;
         out
     }
@@ -243,7 +304,8 @@ impl Block {
         scores.abs().max().div_scalar((self.attn.d_k as f64).sqrt())
     }
 
-    /// The residual add around attention, then the MLP sublayer.
+    /// The residual add around attention, then the MLP sublayer; `patch` replaces one
+    /// sublayer's output at one position.
     fn finish(
         &self,
         x: Tensor<3>,
@@ -251,8 +313,18 @@ impl Block {
         weights: Option<Tensor<4>>,
         head_outputs: Option<Tensor<4>>,
         sublayers: bool,
+        patch: Option<PatchSite>,
     ) -> BlockOutput {
         let pre = self.norm == Norm::Pre;
+        let (attn_patch, mlp_patch) = match patch {
+            Some(PatchSite::Attention { position, value }) => (Some((position, value)), None),
+            Some(PatchSite::Mlp { position, value }) => (None, Some((position, value))),
+            _ => (None, None),
+        };
+        let attn = match attn_patch {
+            Some((position, value)) => patch_position(attn, value, position),
+            None => attn,
+        };
         let attention = sublayers.then(|| attn.clone());
         let mut x = if pre {
             x + attn
@@ -267,6 +339,10 @@ impl Block {
                 x.clone()
             };
             let y = mlp.forward(input);
+            let y = match mlp_patch {
+                Some((position, value)) => patch_position(y, value, position),
+                None => y,
+            };
             mlp_out = sublayers.then(|| y.clone());
             x = if pre { x + y } else { norm(ln_2, x + y) };
         }

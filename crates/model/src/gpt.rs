@@ -5,7 +5,10 @@ use burn::nn::{Embedding, EmbeddingConfig, Initializer, LayerNorm, Linear};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Device, FloatDType, Int, Tensor, TensorData};
 
-use crate::block::{Block, BlockOptions, LayerCache, gpt2_linear, layer_norm_config, norm};
+use crate::block::{
+    Block, BlockOptions, LayerCache, PatchSite, gpt2_linear, layer_norm_config, norm,
+    patch_position,
+};
 use crate::config::{GptConfig, GptConfigError, Norm, Positional};
 
 /// A decoder-only transformer in the nanoGPT mould.
@@ -44,6 +47,8 @@ pub struct ForwardOptions {
     /// Return the embedding and every sublayer's output, named, computed by the same kernels
     /// as a plain forward (`headlab compare` localises a wrong kernel with them).
     pub return_sublayers: bool,
+    /// Activation patching: block `.0`'s site `.1` takes another run's values.
+    pub patch: Option<(usize, PatchSite)>,
 }
 
 /// Logits and, when asked for, attention weights.
@@ -220,6 +225,14 @@ impl Gpt {
             sublayers.push(("embedding".to_string(), x.clone()));
         }
         for (layer, block) in self.blocks.iter().enumerate() {
+            let mut patch = match &options.patch {
+                Some((l, site)) if *l == layer => Some(site.clone()),
+                _ => None,
+            };
+            if let Some(PatchSite::ResidPre { position, value }) = &patch {
+                x = patch_position(x, value.clone(), *position);
+                patch = None;
+            }
             let head_mask = options.head_mask.as_ref().map(|m| {
                 let n_heads = m.dims()[1];
                 // [n_layers, n_heads] -> [1, n_heads] -> [n_heads]
@@ -240,6 +253,7 @@ impl Gpt {
                 return_weights: options.return_weights,
                 return_head_outputs: options.return_head_outputs,
                 return_sublayers: options.return_sublayers,
+                patch,
             };
             let out = block.forward(x, 0, None, block_options);
             x = out.x;
