@@ -698,3 +698,88 @@ fn lens_reads_every_stage_and_refuses_what_it_cannot_read() {
     assert!(stderr.contains("post-norm"), "{stderr}");
     assert!(!dir.path().join("post/lens").exists());
 }
+
+/// `headlab patch` on an exported model imported back: every site's sweep in patch.csv with
+/// the normalisation TransformerLens uses (the clean run's own activations restore all of
+/// it), a picture per site; prompts of different lengths and a two-token answer are refused
+/// with exit 2, writing nothing.
+#[test]
+fn patch_sweeps_every_site_and_refuses_prompts_that_do_not_line_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports/char");
+    ok(&headlab(
+        &["import", "hf", export.to_str().unwrap(), "--out", "imp"],
+        dir.path(),
+    ));
+    let (clean, corrupted) = ("the spy sees the sp", "the dog sees the sp");
+    let args = [
+        "patch",
+        "imp",
+        "--clean",
+        clean,
+        "--corrupted",
+        corrupted,
+        "--answer",
+        "y",
+        "--versus",
+        "e",
+    ];
+    let printed = ok(&headlab(&args, dir.path()));
+    assert!(printed.starts_with("metric: clean "), "{printed}");
+    let csv = std::fs::read_to_string(dir.path().join("imp/patch/patch.csv")).unwrap();
+    let t = clean.len();
+    // resid_pre, attn_out, mlp_out: 2 layers x t positions; head: 2 layers x 2 heads.
+    assert_eq!(csv.lines().count(), 1 + 3 * 2 * t + 2 * 2, "{csv}");
+    // The last position's stream entering layer 0 is the token itself, the same in both
+    // prompts ("p"), so patching it restores nothing; where they differ ("s" vs "d") it can.
+    let restored = |site: &str, layer: &str, column: usize| -> f64 {
+        csv.lines()
+            .find(|l| l.starts_with(&format!("{site},{layer},{column},")))
+            .and_then(|l| l.rsplit(',').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    assert!(restored("resid_pre", "0", t - 1).abs() < 1e-6);
+    for site in ["resid_pre", "attn_out", "mlp_out", "head"] {
+        assert!(
+            dir.path()
+                .join(format!("imp/patch/patch-{site}.png"))
+                .is_file()
+        );
+    }
+
+    let uneven = headlab(
+        &[
+            "patch",
+            "imp",
+            "--clean",
+            "the spy",
+            "--corrupted",
+            "the dogs",
+            "--answer",
+            "y",
+            "--out",
+            "u",
+        ],
+        dir.path(),
+    );
+    assert_eq!(uneven.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&uneven.stderr);
+    assert!(stderr.contains("same length"), "{stderr}");
+    assert!(!dir.path().join("u").exists());
+    let two = headlab(
+        &[
+            "patch",
+            "imp",
+            "--clean",
+            "ab",
+            "--corrupted",
+            "cd",
+            "--answer",
+            "yy",
+        ],
+        dir.path(),
+    );
+    assert_eq!(two.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&two.stderr).contains("is 2 tokens"));
+}

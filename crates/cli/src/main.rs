@@ -20,6 +20,7 @@ mod heads;
 mod import;
 mod lab;
 mod lens;
+mod patch;
 mod report;
 mod sample;
 mod train;
@@ -51,6 +52,11 @@ enum Command {
     /// attention), read through its final LayerNorm and LM head, with the loss on the text at
     /// every stage. Writes lens.csv and lens.png.
     Lens(lens::LensArgs),
+    /// Activation patching: run a clean and a corrupted prompt of the same length, put each
+    /// of the clean run's activations (the stream entering each block, each attention and MLP
+    /// output at each position, each head's output) into the corrupted run, and measure how
+    /// much of the clean answer comes back. Writes patch.csv and one PNG per site.
+    Patch(patch::PatchArgs),
     /// A run's page, report.html: losses, every head's scores and attention map through
     /// training on a step slider, the head table and a sample. `train` writes it at the end;
     /// this redraws it, e.g. for a run that was stopped.
@@ -78,6 +84,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Eval(args) => eval::run(args),
         Command::Heads(args) => heads::run(args),
         Command::Lens(args) => lens::run(args),
+        Command::Patch(args) => patch::run(args),
         Command::Report(args) => report::run(args),
         Command::Lab(args) => lab::run(args),
         Command::Compare(args) => compare::run(args),
