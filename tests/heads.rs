@@ -321,6 +321,28 @@ fn a_short_lab_induction_run_forms_an_induction_head() {
     );
     let summary = std::fs::read_to_string(dir.path().join("lab/summary.md")).unwrap();
     assert!(summary.contains("The circuit formed"), "{summary}");
+    // The number after `key` in the summary.
+    let after = |key: &str| -> f64 {
+        let rest = summary
+            .split(key)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{key}: {summary}"));
+        let num: String = rest
+            .chars()
+            .skip_while(|c| !c.is_ascii_digit() && *c != '-')
+            .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == '-')
+            .collect();
+        num.trim_end_matches('.').parse().unwrap()
+    };
+    // The induction head's keys read the previous-token head above the random baseline, and
+    // patching the clean stream where the answer sits restores most of the answer.
+    let (k, baseline) = (after("K-composition score of"), after("against"));
+    assert!(
+        k > baseline,
+        "K-composition {k} vs random {baseline}: {summary}"
+    );
+    let restored = after("the token after the earlier occurrence of the last token) restores");
+    assert!(restored > 0.5, "patching restored {restored}: {summary}");
     // Its "Reproduce" line repeats the overrides, not the 2000-step default.
     let reproduce = "Reproduce: `headlab lab induction --out lab --set train.max_iters=600 --set \
                      train.eval_interval=300`";

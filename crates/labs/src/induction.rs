@@ -7,8 +7,10 @@ use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
+use burn::tensor::Device;
 use headlab_heads::history::{Circuit, HeadHistory, find_circuit};
-use headlab_heads::{HISTORY_FILE, HeadReport, Probe, head_report};
+use headlab_heads::{HISTORY_FILE, HeadReport, Metric, Mode, Probe, head_report, patch_sweeps};
+use headlab_model::Gpt;
 use headlab_report::{REPORT_FILE, to_table};
 use headlab_train::config::RunConfig;
 
@@ -44,6 +46,74 @@ pub struct InductionLab {
     pub circuit: Circuit,
     /// The final head table and the maps of a repeated sequence.
     pub report: HeadReport,
+    /// The circuit tested causally on a repeated run (`None` when the probe had no pair of
+    /// runs whose answers differ).
+    pub causal: Option<Causal>,
+}
+
+/// The circuit's two heads tested causally: activation patching of a repeated run (clean)
+/// into the same run with its first copy replaced by another random run (corrupted).
+#[derive(Debug, Clone)]
+pub struct Causal {
+    /// The clean prompt's length in tokens.
+    pub tokens: usize,
+    /// Where the answer sits in the first copy: the token after the earlier occurrence of
+    /// the last token.
+    pub source: usize,
+    /// The induction head's output (at every position) from the clean run: share restored.
+    pub induction_head: f64,
+    /// The stream entering the induction head's layer at `source`: share restored.
+    pub source_stream: f64,
+    /// The previous-token head's layer's attention output at `source`: share restored (its
+    /// "the token before me was X" moves where the induction head looks).
+    pub previous_token_write: f64,
+    /// `logit(answer) - logit(corrupted answer)` after the last token, clean and corrupted.
+    pub metric: (f64, f64),
+}
+
+/// Patches the first of the probe's repeated runs into a copy whose first half comes from the
+/// next run, scored by the clean answer's logit against the corrupted one's.
+fn causal_test(
+    model: &Gpt,
+    probe: &Probe,
+    circuit: &Circuit,
+    device: &Device,
+) -> Result<Option<Causal>, LabError> {
+    let (len, p) = (probe.repeated_len(), probe.period);
+    let runs: Vec<&[u32]> = probe.repeated.chunks(len).collect();
+    let Some((clean_run, other)) = runs.windows(2).map(|w| (w[0], w[1])).find(|(a, b)| {
+        // The corrupted answer must differ from the clean one.
+        a[len - 1 - p] != b[len - 1 - p]
+    }) else {
+        return Ok(None);
+    };
+    // Inputs: every token but the last; the last is the answer.
+    let clean: Vec<u32> = clean_run[..len - 1].to_vec();
+    let mut corrupted = clean.clone();
+    corrupted[1..=p].copy_from_slice(&other[1..=p]);
+    let source = len - 1 - p;
+    let metric = Metric::LogitDiff {
+        answer: clean_run[len - 1],
+        versus: corrupted[source],
+    };
+    let result = patch_sweeps(model, &clean, &corrupted, metric, device)?;
+    let restored = |site: &str, layer: usize, column: usize| {
+        let sweep = result
+            .sweeps
+            .iter()
+            .find(|s| s.site == site)
+            .expect("every site");
+        sweep.restored[layer * sweep.columns + column]
+    };
+    let (il, ih) = circuit.induction_head;
+    Ok(Some(Causal {
+        tokens: clean.len(),
+        source,
+        induction_head: restored("head", il, ih),
+        source_stream: restored("resid_pre", il, source),
+        previous_token_write: restored("attn_out", circuit.previous_token_head.0, source),
+        metric: (result.clean, result.corrupted),
+    }))
 }
 
 /// Trains the induction run into `dir/run` and reads the circuit out of it.
@@ -75,12 +145,62 @@ pub fn induction(
     )?;
     let map_ids: Vec<u32> = probe.repeated[..probe.repeated_len().min(33)].to_vec();
     let report = head_report(&trained.model, tokenizer, &probe, &map_ids, &device);
+    let causal = causal_test(&trained.model, &probe, &circuit, &device)?;
     Ok(InductionLab {
         config: trained.config,
         seconds,
         circuit,
         report,
+        causal,
     })
+}
+
+/// The circuit's weights and its cause: the K-composition of the two heads against random
+/// heads, and what patching the clean run's activations restores.
+fn evidence(lab: &InductionLab) -> String {
+    let c = &lab.circuit;
+    let table = &lab.report.composition;
+    let mut s = String::new();
+    let score = |mode: Mode| {
+        table
+            .scores
+            .iter()
+            .find(|x| x.mode == mode && x.from == c.previous_token_head && x.to == c.induction_head)
+            .map(|x| x.score)
+    };
+    if let (Some(k), Some(q), Some(v)) = (score(Mode::K), score(Mode::Q), score(Mode::V)) {
+        let _ = writeln!(
+            s,
+            "**Composition** (`composition.csv`): the induction head's keys read what the \
+             previous-token head writes with a K-composition score of {k:.2}, against {:.2} for \
+             random heads of the same shapes (Q-composition {q:.2}, V-composition {v:.2}; \
+             baselines {:.2} and {:.2}).\n",
+            table.baseline[1], table.baseline[0], table.baseline[2]
+        );
+    }
+    if let Some(p) = &lab.causal {
+        let _ = writeln!(
+            s,
+            "**Patching**: a repeated run of {} tokens (clean) against the same run with its \
+             first copy replaced (corrupted), scored by the clean answer's logit minus the \
+             corrupted one's after the last token ({:.2} clean, {:.2} corrupted; 0 is the \
+             corrupted run, 1 the clean one). The induction head's output from the clean run \
+             restores {:.2} (other heads of its layer may share the work: see the table \
+             below); the stream entering its layer at position {} (the token after the \
+             earlier occurrence of the last token) restores {:.2}; the previous-token head's \
+             layer's attention output there restores {:.2} (negative: told that the token \
+             before it matches, the induction head copies the corrupted token from there). \
+             `headlab patch` runs the same on any prompt.\n",
+            p.tokens,
+            p.metric.0,
+            p.metric.1,
+            p.induction_head,
+            p.source,
+            p.source_stream,
+            p.previous_token_write
+        );
+    }
+    s
 }
 
 /// `lab induction`'s summary page.
@@ -124,6 +244,7 @@ pub fn summary(lab: &InductionLab, reproduce: &str) -> String {
         "No complete circuit formed at these settings (see the scores above)."
     };
     let _ = writeln!(s, "\n{verdict}\n");
+    s += &evidence(lab);
     s += "![head scores](heads.png)\n\n![attention maps on a repeated sequence](attention.png)\n\n";
     s += "Watch the circuit form: [report.html](report.html) replays every head's map through \
           training on a step slider, with the scores and the loss at the same step.\n\n";

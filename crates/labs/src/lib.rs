@@ -71,6 +71,9 @@ pub enum LabError {
         /// The counts that divide it.
         choices: Vec<usize>,
     },
+    /// The causal test of a lab's circuit.
+    #[error(transparent)]
+    Patch(#[from] headlab_heads::PatchError),
     /// `lab ambiguity` found no sentence to measure.
     #[error(
         "no ambiguous sentence fits the model's context with \"with\" and \"and\" as one token \
