@@ -124,6 +124,24 @@ fn the_report_replays_training_and_keeps_markup_as_text() {
     ] {
         assert!(run.join(file).is_file(), "{file} missing");
     }
+    // `headlab patch` with markup in its prompts: the page shows its results as text.
+    let (clean, corrupted) = (
+        "the cat sat on the mat. <!--",
+        "the dog sat on the mat. <!--",
+    );
+    let patch = [
+        "patch",
+        "run",
+        "--clean",
+        clean,
+        "--corrupted",
+        corrupted,
+        "--answer",
+        " ",
+        "--versus",
+        "t",
+    ];
+    ok(&headlab(&patch, dir));
     // The sample as every piece of markup at once, exactly; the page redrawn on demand.
     let sample = HOSTILE.join("\n");
     std::fs::write(run.join("sample.txt"), &sample).unwrap();
@@ -141,6 +159,14 @@ fn the_report_replays_training_and_keeps_markup_as_text() {
         sample.as_str(),
         "the sample is shown as text, exactly"
     );
+    // The patching section: one grid per site (resid_pre, attn_out, mlp_out: 2 layers x 28
+    // positions; head: 2 layers x 2 heads), the prompts as text.
+    assert_eq!(seen["patch"]["visible"], true, "{seen}");
+    assert_eq!(seen["patch"]["tables"], 4, "{seen}");
+    let cells = 3 * 2 * (clean.len() + 1) + 2 * (2 + 1);
+    assert_eq!(seen["patch"]["cells"], cells, "{seen}");
+    let info = seen["patch"]["info"].as_str().unwrap();
+    assert!(info.contains(clean) && info.contains(corrupted), "{info}");
 
     // Seven tracked steps, 0 to 180; the slider starts at the last.
     assert_eq!(seen["slider"]["max"], "6", "{seen}");

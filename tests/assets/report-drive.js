@@ -65,6 +65,13 @@
     document.getElementById('loss-log').click();
     out.loss_back = loss();
     out.probe_captions = Array.prototype.map.call(document.querySelectorAll('#score-charts figure canvas + figcaption'), function (e) { return e.textContent; });
+    var ps = document.getElementById('patch-section');
+    out.patch = {
+      visible: !!(ps && !ps.hidden),
+      tables: document.querySelectorAll('#patch-grids table.patch').length,
+      cells: document.querySelectorAll('#patch-grids tbody td').length,
+      info: (document.getElementById('patch-info') || {}).textContent
+    };
     out.sample = (document.getElementById('sample') || {}).textContent;
     out.config_tail = ((document.getElementById('config') || {}).textContent || '').slice(-200);
   } catch (e) {

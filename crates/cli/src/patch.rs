@@ -8,6 +8,7 @@ use clap::Args;
 use headlab_data::Tokenizer;
 use headlab_heads::{Metric, Patching, patch_sweeps};
 use headlab_report::heatmap::heatmap_png;
+use headlab_report::report_run;
 
 use crate::common::{Checkpoint, open_run};
 
@@ -32,7 +33,8 @@ pub struct PatchArgs {
     /// Largest effects to print.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
-    /// Where to write patch.csv and one PNG per site (default: RUN/patch).
+    /// Where to write patch.csv, patch.json and one PNG per site (default: RUN/patch, which
+    /// the run's page, report.html, shows).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
     /// Backend to run on: flex, flex-burn, ndarray or wgpu (default: the run's own
@@ -78,6 +80,10 @@ pub fn run(args: PatchArgs) -> Result<()> {
     let csv = out.join("patch.csv");
     std::fs::write(&csv, patch_csv(&result, &corrupted, tokenizer))
         .with_context(|| format!("writing {}", csv.display()))?;
+    let json = page_json(&args, &result, &corrupted, tokenizer);
+    let json_path = out.join("patch.json");
+    std::fs::write(&json_path, json.to_string() + "\n")
+        .with_context(|| format!("writing {}", json_path.display()))?;
     let mut pictures = Vec::new();
     for sweep in &result.sweeps {
         let png = out.join(format!("patch-{}.png", sweep.site));
@@ -97,12 +103,57 @@ pub fn run(args: PatchArgs) -> Result<()> {
     }
     print!("{}", summary(&result, args.top, &corrupted, tokenizer));
     eprintln!(
-        "wrote {} and {} pictures in {}",
+        "wrote {}, patch.json and {} pictures in {}",
         csv.display(),
         pictures.len(),
         out.display()
     );
+    // The run's page shows the results kept in RUN/patch.
+    if out == run.root.join("patch") {
+        let page = report_run(&run.root)?;
+        eprintln!("updated {}", page.path.display());
+    }
     Ok(())
+}
+
+/// `patch.json`: what the run's page draws (prompts, metric, every sweep with its labels).
+fn page_json(
+    args: &PatchArgs,
+    result: &Patching,
+    corrupted: &[u32],
+    tk: &Tokenizer,
+) -> serde_json::Value {
+    let metric = match &args.versus {
+        Some(v) => format!("logit({:?}) - logit({v:?})", args.answer),
+        None => format!("log p({:?})", args.answer),
+    };
+    let sweeps: Vec<serde_json::Value> = result
+        .sweeps
+        .iter()
+        .map(|s| {
+            let labels: Vec<String> = if s.site == "head" {
+                (0..s.columns).map(|h| format!("head {h}")).collect()
+            } else {
+                corrupted.iter().map(|&id| shown(tk, id)).collect()
+            };
+            serde_json::json!({
+                "site": s.site,
+                "layers": s.layers,
+                "columns": s.columns,
+                "column_labels": labels,
+                "metric": s.metric,
+                "restored": s.restored,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "clean_prompt": args.clean,
+        "corrupted_prompt": args.corrupted,
+        "metric": metric,
+        "clean": result.clean,
+        "corrupted": result.corrupted,
+        "sweeps": sweeps,
+    })
 }
 
 /// A token as it is printed: its text with newlines and tabs visible.

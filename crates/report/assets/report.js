@@ -464,6 +464,48 @@ function buildTable() {
   }
 }
 
+// Blue for activations that restore the clean answer, red for ones that push it away,
+// stronger the further from 0 (clamped at +-1).
+function patchShade(v) {
+  const a = Math.min(1, Math.abs(Number.isFinite(v) ? v : 0));
+  const [r, g, b] = v >= 0 ? [33, 102, 172] : [178, 24, 43];
+  const mix = c => Math.round(255 + (c - 255) * a);
+  return `rgb(${mix(r)},${mix(g)},${mix(b)})`;
+}
+
+// Builds the section of `headlab patch`'s results: the prompts, the metric, and per site a
+// grid of the share of the clean answer each patch restores (layers down).
+function buildPatching() {
+  const P = D.patching;
+  if (!P || !Array.isArray(P.sweeps)) return;
+  $('patch-section').hidden = false;
+  const info = $('patch-info');
+  info.append('clean ', el('code', '', P.clean_prompt), ', corrupted ', el('code', '', P.corrupted_prompt),
+    `; metric ${P.metric} after the last token: ${fmt(P.clean)} clean, ${fmt(P.corrupted)} corrupted.`,
+    ' Each cell: the share of the clean answer restored by putting that clean activation into the',
+    ' corrupted run (0 nothing, 1 all of it, negative: further from it).');
+  for (const sw of P.sweeps) {
+    const box = $('patch-grids');
+    box.appendChild(el('h3', '', sw.site));
+    const tbl = el('table', 'patch'), hr = tbl.createTHead().insertRow();
+    hr.appendChild(el('th', 'txt', ''));
+    (sw.column_labels || []).forEach(c => hr.appendChild(el('th', '', c)));
+    const body = tbl.createTBody();
+    for (let l = 0; l < sw.layers; l++) {
+      const tr = body.insertRow();
+      tr.appendChild(el('td', 'txt', `layer ${l}`));
+      for (let c = 0; c < sw.columns; c++) {
+        const v = sw.restored[l * sw.columns + c];
+        const td = el('td', '', fmt(v, 2));
+        td.style.background = patchShade(v);
+        if (Math.abs(v) > 0.6) td.style.color = '#fff';
+        tr.appendChild(td);
+      }
+    }
+    box.appendChild(tbl);
+  }
+}
+
 // Fills the notes, the sample and the config (all as plain text).
 function fillText() {
   (D.notes || []).forEach(addNote);
@@ -508,6 +550,7 @@ function togglePlay() {
 function init() {
   fillText();
   buildTable();
+  buildPatching();
   if (STEPS.length) {
     const sl = $('step-slider');
     sl.max = STEPS.length - 1;

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 
 pub use head_table::{to_table, write_head_report};
 pub use observer::RunPlots;
-pub use run_report::{REPORT_FILE, RunReport, report_run, write_run_report};
+pub use run_report::{PATCH_FILE, REPORT_FILE, RunReport, report_run, write_run_report};
 
 /// A file that could not be drawn or written.
 #[derive(Debug, thiserror::Error)]

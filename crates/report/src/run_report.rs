@@ -2,6 +2,8 @@
 //! slider replays every head's attention map, with the head scores and the loss marked at the
 //! same step, so a phase change shows as maps, scores and loss moving together.
 //!
+//! The results of `headlab patch` (`patch/patch.json`), when there are any, get a section.
+//!
 //! What a run lacks (no tracked maps in a run made before they were kept, no head table
 //! before `headlab heads`, no sample from a run that was stopped) is said on the page and
 //! returned as notes; the rest is drawn.
@@ -18,6 +20,9 @@ use crate::ReportError;
 
 /// File name of the page in a run directory.
 pub const REPORT_FILE: &str = "report.html";
+
+/// Where `headlab patch` leaves its results for the page, in a run directory.
+pub const PATCH_FILE: &str = "patch/patch.json";
 
 /// The page's data, as the script reads it (`assets/report.js`).
 #[derive(Debug, Serialize)]
@@ -39,6 +44,8 @@ struct ReportData {
     tracked: Vec<Tracked>,
     /// `RUN/heads/heads.json` as written by `headlab heads`.
     table: Option<serde_json::Value>,
+    /// `RUN/patch/patch.json` as written by `headlab patch`.
+    patching: Option<serde_json::Value>,
     sample: Option<String>,
 }
 
@@ -159,6 +166,7 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
     if table.is_none() {
         notes.push(format!("no head table: {} makes one", shell("heads")));
     }
+    let patching = read(PATCH_FILE).and_then(|t| serde_json::from_str(&t).ok());
     let sample = read(SAMPLE_FILE);
     if sample.is_none() {
         let why = if finished || untrained_import {
@@ -188,6 +196,7 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         probe: maps.map(|m| m.header.tokens).unwrap_or_default(),
         tracked,
         table,
+        patching,
         sample,
     };
     let json = serde_json::to_string(&data).expect("report data serialises");
