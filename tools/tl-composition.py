@@ -14,22 +14,14 @@ different layers, the package versions, and each folder's shapes. headlab never 
 this script is the only place TransformerLens does.
 """
 
-import argparse
-import importlib.metadata
-import json
-from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-from transformer_lens.model_bridge import TransformerBridge
+
+from tl_common import boot, main
 
 
 def scores(folder):
-    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(Path(folder) / "tokenizer.json"))
-    bridge = TransformerBridge.boot_transformers(
-        str(folder), hf_model=model, tokenizer=tokenizer, device="cpu"
-    )
+    model, bridge = boot(folder)
     cfg = model.config
     out = {"n_layer": cfg.n_layer, "n_head": cfg.n_head, "n_embd": cfg.n_embd, "pairs": []}
     with torch.no_grad():
@@ -51,20 +43,5 @@ def scores(folder):
     return out
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    record = {
-        "versions": {
-            p: importlib.metadata.version(p) for p in ["transformer-lens", "transformers", "torch"]
-        },
-        "folders": {Path(f).name: scores(f) for f in args.folders},
-    }
-    Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
-    print(f"wrote {args.out}")
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, scores, indent=1)

@@ -13,15 +13,11 @@ exclude_current_token=..., error_measure="mul")` for the three kinds and two set
 exclusions, with the token ids TransformerLens used. headlab never runs Python.
 """
 
-import argparse
-import importlib.metadata
-import json
-from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+from tl_common import boot, main
 from transformer_lens import head_detector
-from transformer_lens.model_bridge import TransformerBridge
 
 PROMPTS = ["the spy sees the spy.", "a dog and a cat and a dog"]
 KINDS = ["previous_token_head", "duplicate_token_head", "induction_head"]
@@ -29,12 +25,7 @@ SETTINGS = [(False, False), (True, True)]
 
 
 def record(folder):
-    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(Path(folder) / "tokenizer.json"))
-    bridge = TransformerBridge.boot_transformers(
-        str(folder), hf_model=model, tokenizer=tokenizer, device="cpu"
-    )
-    bridge.cfg.default_prepend_bos = False
+    model, bridge = boot(folder, prepend_bos=False)
     cases = []
     with torch.no_grad():
         for prompt in PROMPTS + [PROMPTS]:
@@ -63,20 +54,5 @@ def record(folder):
     return cases
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    out = {
-        "versions": {
-            p: importlib.metadata.version(p) for p in ["transformer-lens", "transformers", "torch"]
-        },
-        "folders": {Path(f).name: record(f) for f in args.folders},
-    }
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {args.out}")
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, record, indent=1)

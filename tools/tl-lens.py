@@ -13,26 +13,17 @@ recomputed statistics and the unembedding, at every position: the log-probabilit
 actual next token, and the top 3 token ids. headlab never runs Python.
 """
 
-import argparse
-import importlib.metadata
-import json
-from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
-from transformer_lens.model_bridge import TransformerBridge
+
+from tl_common import boot, main
 from transformer_lens.tools.analysis import logit_lens
 
 PROMPT = "the spy sees the spy."
 
 
 def record(folder):
-    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(Path(folder) / "tokenizer.json"))
-    bridge = TransformerBridge.boot_transformers(
-        str(folder), hf_model=model, tokenizer=tokenizer, device="cpu"
-    )
-    bridge.cfg.default_prepend_bos = False
+    model, bridge = boot(folder, prepend_bos=False)
     tokens = bridge.to_tokens(PROMPT)
     with torch.no_grad():
         targets = logit_lens(
@@ -54,20 +45,5 @@ def record(folder):
     }
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    out = {
-        "versions": {
-            p: importlib.metadata.version(p) for p in ["transformer-lens", "transformers", "torch"]
-        },
-        "folders": {Path(f).name: record(f) for f in args.folders},
-    }
-    Path(args.out).write_text(json.dumps(out) + "\n")
-    print(f"wrote {args.out}")
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, record)

@@ -14,15 +14,12 @@ logit(versus)` after the last token. The JSON keeps the prompts, their ids, both
 and every patched run's metric. headlab never runs Python.
 """
 
-import argparse
-import importlib.metadata
-import json
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast
+
+from tl_common import boot, main
 from transformer_lens import patching
-from transformer_lens.model_bridge import TransformerBridge
 
 # (clean, corrupted, answer, versus) per folder: same length in tokens, one-token answers.
 CASES = {
@@ -33,12 +30,7 @@ CASES = {
 
 def record(folder):
     clean_text, corrupted_text, answer, versus = CASES[Path(folder).name]
-    model = AutoModelForCausalLM.from_pretrained(folder, attn_implementation="eager").eval()
-    tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(Path(folder) / "tokenizer.json"))
-    bridge = TransformerBridge.boot_transformers(
-        str(folder), hf_model=model, tokenizer=tokenizer, device="cpu"
-    )
-    bridge.cfg.default_prepend_bos = False
+    model, bridge = boot(folder, prepend_bos=False)
     clean, corrupted = bridge.to_tokens(clean_text), bridge.to_tokens(corrupted_text)
     assert clean.shape == corrupted.shape, (clean, corrupted)
     a, b = bridge.to_single_token(answer), bridge.to_single_token(versus)
@@ -69,20 +61,5 @@ def record(folder):
         }
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("folders", nargs="+")
-    parser.add_argument("--out", required=True)
-    args = parser.parse_args()
-    out = {
-        "versions": {
-            p: importlib.metadata.version(p) for p in ["transformer-lens", "transformers", "torch"]
-        },
-        "folders": {Path(f).name: record(f) for f in args.folders},
-    }
-    Path(args.out).write_text(json.dumps(out) + "\n")
-    print(f"wrote {args.out}")
-
-
 if __name__ == "__main__":
-    main()
+    main(__doc__, record)

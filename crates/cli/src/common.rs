@@ -63,6 +63,18 @@ impl Checkpoint {
     }
 }
 
+/// Where a command that reads a trained run loads it: the backend and the checkpoint.
+#[derive(Debug, clap::Args)]
+pub struct OnRun {
+    /// Backend to run on: flex, flex-burn, ndarray or wgpu (default: the run's own
+    /// train.backend).
+    #[arg(long, short)]
+    pub backend: Option<String>,
+    /// Checkpoint to use.
+    #[arg(long, value_enum, default_value_t = Checkpoint::Best)]
+    pub checkpoint: Checkpoint,
+}
+
 /// A run's model from `checkpoint` on `backend` (`None`: the run's own `train.backend`), with
 /// its config and tokenizer.
 pub fn open_run(

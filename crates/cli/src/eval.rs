@@ -9,7 +9,7 @@ use headlab_train::eval::LossSum;
 use headlab_train::grammar::{grammaticality, is_grammar_run};
 use headlab_train::trainer::load_dataset;
 
-use crate::common::{Checkpoint, open_run};
+use crate::common::{OnRun, open_run};
 
 /// `headlab eval`.
 #[derive(Debug, Args)]
@@ -22,13 +22,9 @@ pub struct EvalArgs {
     /// Evaluate on this UTF-8 text file instead.
     #[arg(long)]
     pub file: Option<PathBuf>,
-    /// Backend to run on: flex, flex-burn, ndarray or wgpu (default: the run's own
-    /// train.backend).
-    #[arg(long, short)]
-    pub backend: Option<String>,
-    /// Checkpoint to use.
-    #[arg(long, value_enum, default_value_t = Checkpoint::Best)]
-    pub checkpoint: Checkpoint,
+    /// The backend and checkpoint to load.
+    #[command(flatten)]
+    pub on: OnRun,
 }
 
 /// A data split on the command line.
@@ -44,7 +40,8 @@ pub enum SplitArg {
 /// and bits per character (total nats / characters predicted / ln 2), which compares across
 /// tokenizers.
 pub fn run(args: EvalArgs) -> Result<()> {
-    let (run, trained, device) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
+    let (run, trained, device) =
+        open_run(&args.run, args.on.backend.as_deref(), args.on.checkpoint)?;
     let (config, tokenizer, model) = (trained.config, trained.tokenizer, trained.model);
     let (tokens, what) = match &args.file {
         Some(path) => {

@@ -9,7 +9,7 @@ use headlab_heads::{HeadReport, Probe, head_report};
 use headlab_report::{to_table, write_head_report};
 use headlab_train::trainer::load_dataset;
 
-use crate::common::{Checkpoint, open_run};
+use crate::common::{OnRun, open_run};
 
 /// `headlab heads`.
 #[derive(Debug, Args)]
@@ -26,13 +26,9 @@ pub struct HeadsArgs {
     /// heads.html (default: RUN/heads).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
-    /// Backend to run on: flex, flex-burn, ndarray or wgpu (default: the run's own
-    /// train.backend).
-    #[arg(long, short)]
-    pub backend: Option<String>,
-    /// Checkpoint to use.
-    #[arg(long, value_enum, default_value_t = Checkpoint::Best)]
-    pub checkpoint: Checkpoint,
+    /// The backend and checkpoint to load.
+    #[command(flatten)]
+    pub on: OnRun,
 }
 
 /// Runs `headlab heads`.
@@ -49,7 +45,8 @@ pub fn run(args: HeadsArgs) -> Result<()> {
 
 /// The head table of the run `args` name: where it was written, and what it holds.
 pub fn write(args: &HeadsArgs) -> Result<(PathBuf, HeadReport)> {
-    let (run, trained, device) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
+    let (run, trained, device) =
+        open_run(&args.run, args.on.backend.as_deref(), args.on.checkpoint)?;
     let (config, tokenizer, model) = (trained.config, trained.tokenizer, trained.model);
     let text = match (&args.text, &args.file) {
         (Some(text), _) => Some(text.clone()),

@@ -9,7 +9,7 @@ use headlab_data::Tokenizer;
 use headlab_heads::{LensStage, attribute, logit_lens};
 use headlab_report::heatmap::heatmap_png;
 
-use crate::common::{Checkpoint, open_run};
+use crate::common::{OnRun, open_run};
 
 /// `headlab lens`.
 #[derive(Debug, Args)]
@@ -33,13 +33,9 @@ pub struct LensArgs {
     /// Where to write lens.csv, lens.png and attribution.csv (default: RUN/lens).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
-    /// Backend to run on: flex, flex-burn, ndarray or wgpu (default: the run's own
-    /// train.backend).
-    #[arg(long, short)]
-    pub backend: Option<String>,
-    /// Checkpoint to use.
-    #[arg(long, value_enum, default_value_t = Checkpoint::Best)]
-    pub checkpoint: Checkpoint,
+    /// The backend and checkpoint to load.
+    #[command(flatten)]
+    pub on: OnRun,
 }
 
 /// Runs `headlab lens`.
@@ -47,7 +43,8 @@ pub fn run(args: LensArgs) -> Result<()> {
     if args.top == 0 {
         bail!("--top is 0: give the number of tokens to list, at least 1");
     }
-    let (run, trained, device) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
+    let (run, trained, device) =
+        open_run(&args.run, args.on.backend.as_deref(), args.on.checkpoint)?;
     let tokenizer = &trained.tokenizer;
     let tokens = tokenizer.encode(&args.text).context("encoding --text")?;
     let stages = logit_lens(&trained.model, &tokens, args.top, &device)?;

@@ -10,7 +10,7 @@ use headlab_heads::{Metric, Patching, patch_sweeps};
 use headlab_report::heatmap::heatmap_png;
 use headlab_report::report_run;
 
-use crate::common::{Checkpoint, open_run};
+use crate::common::{OnRun, open_run};
 
 /// `headlab patch`.
 #[derive(Debug, Args)]
@@ -37,18 +37,15 @@ pub struct PatchArgs {
     /// the run's page, report.html, shows).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
-    /// Backend to run on: flex, flex-burn, ndarray or wgpu (default: the run's own
-    /// train.backend).
-    #[arg(long, short)]
-    pub backend: Option<String>,
-    /// Checkpoint to use.
-    #[arg(long, value_enum, default_value_t = Checkpoint::Best)]
-    pub checkpoint: Checkpoint,
+    /// The backend and checkpoint to load.
+    #[command(flatten)]
+    pub on: OnRun,
 }
 
 /// Runs `headlab patch`.
 pub fn run(args: PatchArgs) -> Result<()> {
-    let (run, trained, device) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
+    let (run, trained, device) =
+        open_run(&args.run, args.on.backend.as_deref(), args.on.checkpoint)?;
     let tokenizer = &trained.tokenizer;
     let encode = |flag: &str, text: &str| -> Result<Vec<u32>> {
         tokenizer

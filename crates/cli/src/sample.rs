@@ -8,7 +8,7 @@ use clap::Args;
 use headlab_data::StreamDecoder;
 use headlab_model::Sampling;
 
-use crate::common::{Checkpoint, open_run};
+use crate::common::{OnRun, open_run};
 
 /// `headlab sample`.
 #[derive(Debug, Args)]
@@ -36,13 +36,9 @@ pub struct SampleArgs {
     /// Sampling seed.
     #[arg(long, default_value_t = 1337)]
     pub seed: u64,
-    /// Backend to run on: flex, flex-burn, ndarray or wgpu (default: the run's own
-    /// train.backend).
-    #[arg(long, short)]
-    pub backend: Option<String>,
-    /// Checkpoint to use.
-    #[arg(long, value_enum, default_value_t = Checkpoint::Best)]
-    pub checkpoint: Checkpoint,
+    /// The backend and checkpoint to load.
+    #[command(flatten)]
+    pub on: OnRun,
 }
 
 /// Runs `headlab sample`.
@@ -66,7 +62,7 @@ pub fn run(args: SampleArgs) -> Result<()> {
         };
         anyhow::anyhow!("{option}: {e}")
     })?;
-    let (_, trained, _) = open_run(&args.run, args.backend.as_deref(), args.checkpoint)?;
+    let (_, trained, _) = open_run(&args.run, args.on.backend.as_deref(), args.on.checkpoint)?;
     let (tokenizer, model) = (trained.tokenizer, trained.model);
     let prompt = tokenizer
         .encode(&args.prompt)

@@ -11,7 +11,7 @@ use headlab_train::trainer::{TrainOptions, train};
 
 use headlab_report::report_run;
 
-use crate::common::{Checkpoint, fresh_run_dir, load_config, observers};
+use crate::common::{Checkpoint, OnRun, fresh_run_dir, load_config, observers};
 use crate::heads::HeadsArgs;
 
 /// `headlab train`.
@@ -115,8 +115,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
         text: None,
         file: None,
         out: None,
-        backend: None,
-        checkpoint: Checkpoint::Last,
+        on: OnRun {
+            backend: None,
+            checkpoint: Checkpoint::Last,
+        },
     };
     if let Err(e) = crate::heads::write(&heads) {
         eprintln!("note: the head table was not made: {e:#}");

@@ -418,15 +418,7 @@ mod tests {
     /// roundings on scores of order 0.1, and far below the gaps between pairs' scores.
     #[test]
     fn scores_match_transformer_lens_on_exported_models() {
-        let exports =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports");
-        let text = std::fs::read(exports.join("tl-composition.json")).unwrap();
-        let record: serde_json::Value = serde_json::from_slice(&text).unwrap();
-        let folders = record["folders"].as_object().unwrap();
-        assert_eq!(folders.len(), 2);
-        for (name, tl) in folders {
-            let imported = headlab_interop::read_gpt2_folder(&exports.join(name)).unwrap();
-            let model = imported.build(&Device::flex()).unwrap();
+        for (name, _, model, tl) in crate::tl_fixtures::each("tl-composition.json") {
             let ours = composition_scores(&model);
             let theirs = tl["pairs"].as_array().unwrap();
             assert_eq!(ours.len(), theirs.len(), "{name}");

@@ -214,15 +214,9 @@ mod tests {
     /// their rounding, far below the gaps between heads.
     #[test]
     fn scores_match_transformer_lens_on_exported_models() {
-        let exports =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports");
-        let text = std::fs::read(exports.join("tl-detector.json")).unwrap();
-        let record: serde_json::Value = serde_json::from_slice(&text).unwrap();
         let device = Device::flex();
         let mut cases = 0;
-        for (name, folder) in record["folders"].as_object().unwrap() {
-            let imported = headlab_interop::read_gpt2_folder(&exports.join(name)).unwrap();
-            let model = imported.build(&device).unwrap();
+        for (name, imported, model, folder) in crate::tl_fixtures::each("tl-detector.json") {
             for case in folder.as_array().unwrap() {
                 let sequences: Vec<Vec<u32>> = case["texts"]
                     .as_array()

@@ -212,14 +212,8 @@ mod tests {
     /// (in another order only where their probabilities tie to 1e-5).
     #[test]
     fn stages_match_transformer_lens_on_exported_models() {
-        let exports =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports");
-        let text = std::fs::read(exports.join("tl-lens.json")).unwrap();
-        let record: serde_json::Value = serde_json::from_slice(&text).unwrap();
         let device = Device::flex();
-        for (name, tl) in record["folders"].as_object().unwrap() {
-            let imported = headlab_interop::read_gpt2_folder(&exports.join(name)).unwrap();
-            let model = imported.build(&device).unwrap();
+        for (name, imported, model, tl) in crate::tl_fixtures::each("tl-lens.json") {
             let tokens = imported
                 .tokenizer
                 .encode(tl["text"].as_str().unwrap())

@@ -41,3 +41,30 @@ pub use maps::{MAPS_FILE, MapHistory, MapsFileError, MapsHeader};
 pub use patching::{Metric, PatchError, Patching, Sweep, patch_sweeps};
 pub use scores::HeadLabel;
 pub use tracker::{HISTORY_FILE, HeadTracker, LEGACY_HISTORY_FILE};
+
+/// What the tests set against TransformerLens share: the exported models and its records.
+#[cfg(test)]
+mod tl_fixtures {
+    use burn::tensor::Device;
+    use headlab_interop::Imported;
+    use headlab_model::Gpt;
+
+    /// Every folder `tests/fixtures/exports/<file>` has a record for: its name, the export
+    /// read back (tokenizer included), the model on flex, and the record.
+    pub fn each(file: &str) -> Vec<(String, Imported, Gpt, serde_json::Value)> {
+        let exports =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports");
+        let text = std::fs::read(exports.join(file)).unwrap();
+        let record: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        let folders = record["folders"].as_object().unwrap();
+        assert_eq!(folders.len(), 2, "{file}: char and bpe");
+        folders
+            .iter()
+            .map(|(name, tl)| {
+                let imported = headlab_interop::read_gpt2_folder(&exports.join(name)).unwrap();
+                let model = imported.build(&Device::flex()).unwrap();
+                (name.clone(), imported, model, tl.clone())
+            })
+            .collect()
+    }
+}
