@@ -247,10 +247,21 @@ fn the_report_replays_training_and_keeps_markup_as_text() {
     // Every probe chart says what it measures; the repeated half names chance for this
     // vocabulary.
     let captions = seen["probe_captions"].as_array().unwrap();
-    assert_eq!(captions.len(), 7, "{seen}");
+    // Six scores, the repeated half, and every head's gradient norm.
+    assert_eq!(captions.len(), 8, "{seen}");
     assert!(
         captions.iter().all(|c| c.as_str().unwrap().len() > 40),
         "{seen}"
+    );
+    // head_history.csv's last column: each head's gradient norm from the step before each
+    // tracked step (none at step 0), finite and positive after it.
+    let grads = tracked_scores(&run, 10);
+    assert!(grads[0].1.iter().all(|g| g.is_nan()), "{grads:?}");
+    assert!(
+        grads[1..]
+            .iter()
+            .all(|(_, g)| g.iter().all(|x| x.is_finite() && *x > 0.0)),
+        "{grads:?}"
     );
     // A char vocabulary: one token per distinct character of the text.
     let v = std::collections::BTreeSet::<char>::from_iter(text.chars()).len();

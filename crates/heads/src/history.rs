@@ -9,24 +9,38 @@ use crate::analysis::PatternScores;
 pub struct HeadHistory {
     /// `(step, loss on the repeated half, scores)`.
     pub points: Vec<(usize, f64, Vec<PatternScores>)>,
+    /// Per point, each head's gradient norm (NaN where none was recorded: step 0, the step a
+    /// run resumed at, files written before the column existed), heads in `points`' order.
+    pub grad_norms: Vec<Vec<f64>>,
 }
 
 /// Header of `head_history.csv`.
-pub const HISTORY_HEADER: &str = "step,layer,head,previous_token,induction,duplicate_token,first_token,mean_distance,entropy,repeat_loss\n";
+pub const HISTORY_HEADER: &str = "step,layer,head,previous_token,induction,duplicate_token,first_token,mean_distance,entropy,repeat_loss,grad_norm\n";
+
+/// How every version of `head_history.csv` starts (`grad_norm` came last, later).
+pub const HISTORY_PREFIX: &str = "step,layer,head,previous_token,";
 
 impl HeadHistory {
-    /// Adds a measurement and returns its CSV rows.
-    pub fn push(&mut self, step: usize, repeat_loss: f64, scores: Vec<PatternScores>) -> String {
+    /// Adds a measurement, with each head's gradient norm (`grad_norms` in the order of
+    /// `scores`), and returns its CSV rows.
+    pub fn push(
+        &mut self,
+        step: usize,
+        repeat_loss: f64,
+        scores: Vec<PatternScores>,
+        grad_norms: Vec<f64>,
+    ) -> String {
         let mut out = String::new();
-        for s in &scores {
+        for (s, g) in scores.iter().zip(&grad_norms) {
             let [prev, ind, dup, first, dist, entropy] = s.values();
             out.push_str(&format!(
                 "{step},{},{},{prev:.4},{ind:.4},{dup:.4},{first:.4},{dist:.3},{entropy:.4},\
-                 {repeat_loss:.4}\n",
+                 {repeat_loss:.4},{g:.6}\n",
                 s.layer, s.head,
             ));
         }
         self.points.push((step, repeat_loss, scores));
+        self.grad_norms.push(grad_norms);
         out
     }
 
@@ -61,8 +75,16 @@ impl HeadHistory {
                 entropy: num(8),
             };
             match history.points.last_mut() {
-                Some(last) if last.0 == step => last.2.push(score),
-                _ => history.points.push((step, num(9), vec![score])),
+                Some(last) if last.0 == step => {
+                    last.2.push(score);
+                    if let Some(g) = history.grad_norms.last_mut() {
+                        g.push(num(10));
+                    }
+                }
+                _ => {
+                    history.points.push((step, num(9), vec![score]));
+                    history.grad_norms.push(vec![num(10)]);
+                }
             }
         }
         history

@@ -6,13 +6,15 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use burn::module::Module;
-use burn::tensor::Device;
+use burn::optim::GradientsParams;
+use burn::tensor::{Device, Tensor};
 use headlab_data::Split;
+use headlab_kernels::to_host;
 use headlab_model::Gpt;
 use headlab_train::trainer::{Observer, ObserverError, RunStart};
 
 use crate::analysis::{Probe, mean_patterns, pattern_scores};
-use crate::history::{HISTORY_HEADER, HeadHistory};
+use crate::history::{HISTORY_HEADER, HISTORY_PREFIX, HeadHistory};
 use crate::maps::{MAPS_FILE, MAX_MAP_TOKENS, MapHistory, MapsHeader, quantize, step_line};
 
 /// File name of the tracked scores in a run directory. (Runs made before it had this name
@@ -27,6 +29,9 @@ pub const LEGACY_HISTORY_FILE: &str = "heads.csv";
 pub struct HeadTracker {
     every: usize,
     state: Option<Tracking>,
+    /// Each head's gradient norm of the step before the next tracked one, and that step + 1:
+    /// what moved the heads to the state the next row scores.
+    pending: Option<(usize, Vec<f64>)>,
 }
 
 #[derive(Debug)]
@@ -69,7 +74,7 @@ impl Observer for HeadTracker {
         // A run made before the rename keeps its history as heads.csv: move it, but only if
         // it is one (a head table written there by `headlab heads --out RUN` is not).
         let legacy = start.run.root.join(LEGACY_HISTORY_FILE);
-        let is_history = |text: String| text.starts_with(HISTORY_HEADER);
+        let is_history = |text: String| text.starts_with(HISTORY_PREFIX);
         if start.resumed && !csv.exists() && std::fs::read_to_string(&legacy).is_ok_and(is_history)
         {
             std::fs::rename(&legacy, &csv).map_err(|e| format!("{}: {e}", legacy.display()))?;
@@ -89,6 +94,18 @@ impl Observer for HeadTracker {
         Ok(())
     }
 
+    fn gradients(
+        &mut self,
+        step: usize,
+        model: &Gpt,
+        grads: &GradientsParams,
+    ) -> Result<(), ObserverError> {
+        if self.state.is_some() && (step + 1).is_multiple_of(self.every) {
+            self.pending = Some((step + 1, head_gradient_norms(model, grads)));
+        }
+        Ok(())
+    }
+
     fn at_step(&mut self, step: usize, model: &Gpt, device: &Device) -> Result<(), ObserverError> {
         let Some(tracking) = self.state.as_mut() else {
             return Ok(());
@@ -98,7 +115,11 @@ impl Observer for HeadTracker {
         }
         let model = model.valid();
         let (scores, repeat_loss) = pattern_scores(&model, &tracking.probe, device);
-        let rows = tracking.history.push(step, repeat_loss, scores);
+        let grads = match self.pending.take() {
+            Some((at, norms)) if at == step => norms,
+            _ => vec![f64::NAN; scores.len()],
+        };
+        let rows = tracking.history.push(step, repeat_loss, scores, grads);
         let mut text = String::from(HISTORY_HEADER);
         if tracking.history.points.len() > 1 {
             text = std::fs::read_to_string(&tracking.csv).unwrap_or(text);
@@ -156,4 +177,135 @@ fn start_maps(start: &RunStart<'_>) -> Result<(Vec<u32>, PathBuf), ObserverError
     });
     std::fs::write(&path, history.to_text()).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok((map_ids, path))
+}
+
+/// Each head's gradient norm, layer by layer: the L2 norm over its own parameters' gradients,
+/// its columns of `W_Q`, its key/value head's columns of `W_K` and `W_V`, and its rows of
+/// `W_O` (biases left out). A parameter without a gradient counts as zero.
+pub fn head_gradient_norms(model: &Gpt, grads: &GradientsParams) -> Vec<f64> {
+    let (d, d_k) = (model.config.d_model, model.config.d_k());
+    let mut out = Vec::new();
+    for block in &model.blocks {
+        let attn = &block.attn;
+        let host = |id| -> Vec<f64> {
+            grads
+                .get::<2>(id)
+                .map(|g: Tensor<2>| to_host::<f32, _>(g).into_iter().map(f64::from).collect())
+                .unwrap_or_default()
+        };
+        let (q, k, v, o) = (
+            host(attn.q_proj.weight.id),
+            host(attn.k_proj.weight.id),
+            host(attn.v_proj.weight.id),
+            host(attn.o_proj.weight.id),
+        );
+        // The squares of columns `c..c + d_k` of a `[d, cols]` gradient.
+        let columns = |m: &[f64], cols: usize, c: usize| -> f64 {
+            if m.is_empty() {
+                return 0.0;
+            }
+            (0..d)
+                .map(|r| {
+                    m[r * cols + c..r * cols + c + d_k]
+                        .iter()
+                        .map(|x| x * x)
+                        .sum::<f64>()
+                })
+                .sum()
+        };
+        let group = attn.n_heads / attn.n_kv_heads;
+        let (q_cols, kv_cols) = (attn.n_heads * d_k, attn.n_kv_heads * d_k);
+        for head in 0..attn.n_heads {
+            let kv = head / group;
+            let rows: f64 = if o.is_empty() {
+                0.0
+            } else {
+                o[head * d_k * d..(head + 1) * d_k * d]
+                    .iter()
+                    .map(|x| x * x)
+                    .sum()
+            };
+            let total = columns(&q, q_cols, head * d_k)
+                + columns(&k, kv_cols, kv * d_k)
+                + columns(&v, kv_cols, kv * d_k)
+                + rows;
+            out.push(total.sqrt());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::TensorData;
+    use headlab_model::GptConfig;
+
+    /// With a loss that is each attention matrix times a constant matrix, summed, every
+    /// gradient is that constant: each head's norm must be the one read off the constants by
+    /// index, here with two query heads sharing one key/value head.
+    #[test]
+    fn head_gradient_norms_are_each_heads_own_slices() {
+        let device = Device::flex().autodiff();
+        device.seed(1);
+        let config = GptConfig {
+            vocab_size: 7,
+            block_size: 4,
+            d_model: 8,
+            n_layers: 2,
+            n_heads: 2,
+            n_kv_heads: Some(1),
+            ..GptConfig::default()
+        };
+        let model = Gpt::new(&config, &device).unwrap();
+        let (d, d_k) = (8usize, 4usize);
+        // Constants [rows, cols], different for every matrix and layer.
+        let constant = |rows: usize, cols: usize, salt: usize| -> Vec<f32> {
+            (0..rows * cols)
+                .map(|i| ((i * 7 + salt * 13) % 11) as f32 - 5.0)
+                .collect()
+        };
+        let mut loss = Tensor::<1>::zeros([1], &device);
+        let mut expected = Vec::new();
+        for (l, block) in model.blocks.iter().enumerate() {
+            let a = &block.attn;
+            let shapes = [(d, 2 * d_k), (d, d_k), (d, d_k), (2 * d_k, d)];
+            let weights = [
+                &a.q_proj.weight,
+                &a.k_proj.weight,
+                &a.v_proj.weight,
+                &a.o_proj.weight,
+            ];
+            let mut cs = Vec::new();
+            for (k, ((rows, cols), w)) in shapes.into_iter().zip(weights).enumerate() {
+                let c = constant(rows, cols, l * 4 + k);
+                let ct = Tensor::<2>::from_data(TensorData::new(c.clone(), [rows, cols]), &device);
+                loss = loss + w.val().mul(ct).sum();
+                cs.push(c);
+            }
+            let sq = |x: f32| f64::from(x) * f64::from(x);
+            for head in 0..2 {
+                let mut total = 0.0;
+                for r in 0..d {
+                    for c in 0..d_k {
+                        total += sq(cs[0][r * 2 * d_k + head * d_k + c]);
+                        // The one key/value head serves both query heads.
+                        total += sq(cs[1][r * d_k + c]) + sq(cs[2][r * d_k + c]);
+                    }
+                }
+                for r in head * d_k..(head + 1) * d_k {
+                    for c in 0..d {
+                        total += sq(cs[3][r * d + c]);
+                    }
+                }
+                expected.push(total.sqrt());
+            }
+        }
+        let grads = GradientsParams::from_grads(loss.backward(), &model);
+        let norms = head_gradient_norms(&model, &grads);
+        assert_eq!(norms.len(), expected.len());
+        for (i, (a, b)) in norms.iter().zip(&expected).enumerate() {
+            assert!((a - b).abs() < 1e-9 * b, "head {i}: {a} vs {b}");
+        }
+    }
 }

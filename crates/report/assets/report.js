@@ -393,6 +393,26 @@ function drawRepeat(cv) {
   }, STEPS[S.k]);
 }
 
+// Draws every head's gradient norm through training (the gradient of the step that led to
+// each tracked step), on a log scale when it spans more than a factor of 100.
+function drawGradNorm(cv) {
+  const sel = selIdx(), step = STEPS[S.k];
+  const series = [];
+  let ymax = 0;
+  for (let idx = 0; idx < NHEADS; idx++) {
+    const pts = D.tracked.map(p => [p.step, (p.grad_norms || [])[idx]]);
+    finitePts(pts).forEach(p => { ymax = Math.max(ymax, p[1]); });
+    series.push({ pts, color: headColor(idx), dash: headDash(idx), width: idx === sel ? 3 : 1.5,
+      alpha: idx === sel ? 1 : 0.6, mark: pts[S.k] });
+  }
+  series.push(series.splice(sel, 1)[0]);
+  const v = (D.tracked[S.k].grad_norms || [])[sel];
+  drawChart(cv, {
+    title: `gradient norm — ${headName(sel)} ${fmt(v, 4)} at step ${step}`,
+    ylabel: 'norm', x: stepRange(), y: [0, ymax > 0 ? ymax : 1], series,
+  }, step);
+}
+
 // Builds the head legend and one chart canvas per score (ids score-<name>, repeat-loss).
 function buildScores() {
   for (let idx = 0; idx < NHEADS; idx++) {
@@ -413,7 +433,12 @@ function buildScores() {
   };
   D.score_names.forEach(n => chart(`score-${n}`, CAPTIONS[n] || ''));
   chart('repeat-loss', repeatCaption());
+  if (HAVE_GRADS) chart('grad-norm', GRAD_CAPTION);
 }
+
+// Whether the run recorded per-head gradient norms (runs made before it did have none).
+const HAVE_GRADS = D.tracked.some(p => (p.grad_norms || []).some(Number.isFinite));
+const GRAD_CAPTION = 'Each head\'s gradient norm: how hard the step before each tracked step pulled on the head\'s own weights (its W_Q, W_K, W_V columns and W_O rows). Heads that start alike but are pulled differently grow apart; one whose norm falls to near 0 has settled.';
 
 // What each probe chart measures and what a rise or fall means, one line each.
 const CAPTIONS = {
@@ -438,6 +463,7 @@ function drawCharts() {
   if (!STEPS.length) return;
   D.score_names.forEach((n, s) => drawScore($(`score-${n}`), s));
   drawRepeat($('repeat-loss'));
+  if (HAVE_GRADS) drawGradNorm($('grad-norm'));
 }
 
 // Builds the final head table (a row per head; click selects), or says how to get one.

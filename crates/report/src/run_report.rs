@@ -66,6 +66,8 @@ struct Tracked {
     scores: Vec<[f64; 6]>,
     /// Every head's map as base64 `u8`, `[layer][head][t][t]`; `None` where not kept.
     maps: Option<String>,
+    /// Per head, its gradient norm (the step before); `null` where not recorded.
+    grad_norms: Vec<Option<f64>>,
 }
 
 /// What `headlab report` wrote.
@@ -135,11 +137,12 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
     };
     let tracked: Vec<Tracked> = history
         .iter()
-        .flat_map(|h| &h.points)
-        .map(|(step, repeat_loss, scores)| Tracked {
+        .flat_map(|h| h.points.iter().zip(&h.grad_norms))
+        .map(|((step, repeat_loss, scores), grads)| Tracked {
             step: *step,
             repeat_loss: *repeat_loss,
             scores: scores.iter().map(PatternScores::values).collect(),
+            grad_norms: grads.iter().map(|g| g.is_finite().then_some(*g)).collect(),
             maps: maps.as_ref().and_then(|m| {
                 m.steps
                     .iter()

@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::module::Module;
+use burn::optim::GradientsParams;
 use burn::tensor::Device;
 use headlab_data::tokenizer::TokenizerKind;
 use headlab_data::{DataConfig, DataError, Dataset, Split, StreamDecoder, Tokenizer, load_text};
@@ -243,6 +244,16 @@ pub trait Observer {
         _step: usize,
         _model: &Gpt,
         _device: &Device,
+    ) -> Result<(), ObserverError> {
+        Ok(())
+    }
+    /// The gradients of step `step` (summed over its micro-batches, before clipping), as the
+    /// update is about to apply them to `model`.
+    fn gradients(
+        &mut self,
+        _step: usize,
+        _model: &Gpt,
+        _grads: &GradientsParams,
     ) -> Result<(), ObserverError> {
         Ok(())
     }
@@ -751,6 +762,7 @@ impl Loop<'_> {
     fn step(&mut self, model: Gpt, it: usize) -> Result<Gpt, TrainError> {
         let tc = self.train;
         let (bar, run, saved) = (&self.bar, self.run, self.state.step);
+        let observers = &mut self.observers;
         let (model, step) = take_step(
             model,
             &mut self.optim,
@@ -759,9 +771,15 @@ impl Loop<'_> {
             it,
             &self.device,
             false,
-            |_, g, lr| {
+            |m, g, lr| {
                 let values = [("loss", g.loss), ("gradient norm", g.norm)];
-                ensure_finite(bar, run, saved, &values, it, lr)
+                ensure_finite(bar, run, saved, &values, it, lr)?;
+                for observer in observers.iter_mut() {
+                    observer
+                        .gradients(it, m, &g.grads)
+                        .map_err(observer_error)?;
+                }
+                Ok::<_, TrainError>(())
             },
         )?;
         let (lr, step) = (step.lr, step.gradients);
