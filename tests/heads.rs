@@ -805,3 +805,44 @@ fn patch_sweeps_every_site_and_refuses_prompts_that_do_not_line_up() {
     assert_eq!(two.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&two.stderr).contains("is 2 tokens"));
 }
+
+/// A reduced `lab symmetry` (200 steps, tracked every 50): the identical starts stay
+/// identical bit for bit on flex and on ndarray at every checked step, the perturbed and
+/// random ones differ from the start, and every run's history holds gradient norms.
+#[test]
+fn a_short_lab_symmetry_keeps_identical_heads_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "lab",
+        "symmetry",
+        "--out",
+        "sym",
+        "--set",
+        "train.max_iters=200",
+        "--set",
+        "train.track_heads_every=50",
+    ];
+    ok(&headlab(&args, dir.path()));
+    let csv = std::fs::read_to_string(dir.path().join("sym/symmetry.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 6, "{csv}");
+    for r in &rows {
+        // Steps 0, 50, 100, 150, 200.
+        assert_eq!(r[2], "5", "{csv}");
+        let identical = r[3].is_empty();
+        assert_eq!(identical, r[0] == "identical", "{csv}");
+    }
+    assert_eq!((rows[0][1], rows[1][1]), ("flex", "ndarray"));
+    let summary = std::fs::read_to_string(dir.path().join("sym/summary.md")).unwrap();
+    assert!(summary.contains("stay identical, bit for bit"), "{summary}");
+    assert!(dir.path().join("sym/symmetry.png").is_file());
+    let history =
+        std::fs::read_to_string(dir.path().join("sym/random-flex/head_history.csv")).unwrap();
+    let last = history.lines().last().unwrap();
+    let grad: f64 = last.rsplit(',').next().unwrap().parse().unwrap();
+    assert!(grad.is_finite() && grad > 0.0, "{last}");
+}

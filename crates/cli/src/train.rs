@@ -78,6 +78,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 resume: true,
                 resume_sets,
                 print_sample: true,
+                init: None,
             }
         }
         None => {
@@ -89,6 +90,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 resume: false,
                 resume_sets: Vec::new(),
                 print_sample: true,
+                init: None,
             }
         }
     };

@@ -6,6 +6,8 @@
 //!   previous-token -> induction circuit of Olsson et al. 2022, with a visible phase change.
 //! - [`head_count`] (`lab heads`): equal d_model and parameter count with 1..64 heads, several
 //!   seeds, on the two-lookup `lookup` corpus, with which head fetches which source.
+//! - [`symmetry`]: heads that start identical stay identical; a perturbation of size eps, and
+//!   random initialisation, let gradients pull them apart.
 //! - [`ambiguity`]: on the `attach` corpus, where "with" and "and" look when what "with"
 //!   attaches to decides the last verb's number.
 //!
@@ -15,6 +17,7 @@
 pub mod ambiguity;
 pub mod head_count;
 pub mod induction;
+pub mod symmetry;
 
 use std::path::{Path, PathBuf};
 
@@ -109,6 +112,7 @@ fn train_run(config: RunConfig, dir: PathBuf, observers: Observers<'_>) -> Resul
         resume: false,
         resume_sets: Vec::new(),
         print_sample: false,
+        init: None,
     };
     Ok(train(options, &mut observers())?.val_loss)
 }

@@ -154,6 +154,19 @@ pub struct TrainOptions {
     pub resume_sets: Vec<String>,
     /// Print the final sample to stdout.
     pub print_sample: bool,
+    /// A fresh run's weights made from the seeded initialisation (a lab's controlled
+    /// start); `None` trains the initialisation as it is. Ignored when resuming.
+    pub init: Option<InitHook>,
+}
+
+/// Turns a freshly initialised model into the one a run starts from.
+#[derive(Clone)]
+pub struct InitHook(pub std::sync::Arc<dyn Fn(Gpt) -> Gpt + Send + Sync>);
+
+impl std::fmt::Debug for InitHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InitHook")
+    }
 }
 
 /// What a finished run reports.
@@ -294,7 +307,9 @@ fn train_resolved(
 
     // A run killed before its first checkpoint starts again from step 0.
     let resuming = options.resume && run.has_checkpoint("last");
-    let (mut model, optim, state) = starting_point(&run, resuming, &gpt_config, &tc, &device)?;
+    let init = options.init.as_ref();
+    let (mut model, optim, state) =
+        starting_point(&run, resuming, &gpt_config, &tc, &device, init)?;
     if resuming && state.step >= tc.max_iters {
         return Err(TrainError::AlreadyDone {
             step: state.step,
@@ -620,6 +635,7 @@ fn starting_point(
     gpt: &GptConfig,
     tc: &TrainConfig,
     device: &Device,
+    init: Option<&InitHook>,
 ) -> Result<(Gpt, AdamW, TrainState), TrainError> {
     if resuming {
         let (model, state) = run.load_model("last", gpt, device)?;
@@ -628,6 +644,10 @@ fn starting_point(
     }
     device.seed(tc.seed);
     let model = Gpt::new(gpt, device)?;
+    let model = match init {
+        Some(hook) => (hook.0)(model),
+        None => model,
+    };
     let state = TrainState {
         step: 0,
         best_val_loss: None,
@@ -927,6 +947,7 @@ mod tests {
             resume: false,
             resume_sets: Vec::new(),
             print_sample: false,
+            init: None,
         };
         let summary = train(options, &mut Vec::new()).unwrap();
         let csv = std::fs::read_to_string(summary.run.join("metrics.csv")).unwrap();
