@@ -804,6 +804,43 @@ fn patch_sweeps_every_site_and_refuses_prompts_that_do_not_line_up() {
     );
     assert_eq!(two.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&two.stderr).contains("is 2 tokens"));
+    // A token outside the vocabulary, and a run without weights: one line, exit 2.
+    let unknown = headlab(
+        &[
+            "patch",
+            "imp",
+            "--clean",
+            "ab",
+            "--corrupted",
+            "cd",
+            "--answer",
+            "Z",
+        ],
+        dir.path(),
+    );
+    assert_eq!(unknown.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&unknown.stderr);
+    assert!(
+        stderr.contains("'Z'") && stderr.contains("vocabulary"),
+        "{stderr}"
+    );
+    std::fs::create_dir(dir.path().join("empty")).unwrap();
+    let empty = headlab(
+        &[
+            "patch",
+            "empty",
+            "--clean",
+            "ab",
+            "--corrupted",
+            "cd",
+            "--answer",
+            "a",
+        ],
+        dir.path(),
+    );
+    assert_eq!(empty.status.code(), Some(2));
+    assert_eq!(String::from_utf8_lossy(&empty.stderr).lines().count(), 1);
+    assert!(!dir.path().join("empty/patch").exists());
 }
 
 /// A reduced `lab symmetry` (200 steps, tracked every 50): the identical starts stay
