@@ -121,19 +121,21 @@ pub fn heads_identical(model: &Gpt) -> bool {
     let d_k = model.config.d_k();
     model.blocks.iter().all(|b| {
         let a = &b.attn;
-        let parts = |h: usize| -> Vec<Vec<u32>> {
-            let mut out = Vec::new();
-            for lin in [&a.q_proj, &a.k_proj, &a.v_proj] {
-                let w = to_host::<f32, _>(lin.weight.val());
-                let cols = lin.weight.dims()[1];
-                out.push(block(&w, cols, d_k, h, false));
-                if let Some(bias) = &lin.bias {
-                    out.push(block(&to_host::<f32, _>(bias.val()), cols, d_k, h, false));
-                }
+        // Each matrix read to the host once: `(values, columns, head blocks are rows)`.
+        let mut mats = Vec::new();
+        for lin in [&a.q_proj, &a.k_proj, &a.v_proj] {
+            let cols = lin.weight.dims()[1];
+            mats.push((to_host::<f32, _>(lin.weight.val()), cols, false));
+            if let Some(bias) = &lin.bias {
+                mats.push((to_host::<f32, _>(bias.val()), cols, false));
             }
-            let o = to_host::<f32, _>(a.o_proj.weight.val());
-            out.push(block(&o, a.o_proj.weight.dims()[1], d_k, h, true));
-            out
+        }
+        let o_cols = a.o_proj.weight.dims()[1];
+        mats.push((to_host::<f32, _>(a.o_proj.weight.val()), o_cols, true));
+        let parts = |h: usize| -> Vec<Vec<u32>> {
+            mats.iter()
+                .map(|(w, cols, rows)| block(w, *cols, d_k, h, *rows))
+                .collect()
         };
         let first = parts(0);
         (1..a.n_heads).all(|h| parts(h) == first)
