@@ -123,7 +123,7 @@ fn a_bpe_run_trains_resumes_samples_and_reports_bits_per_char() {
     let mut lines = metrics.lines();
     assert_eq!(
         lines.next(),
-        Some("step,split,loss,lr,tokens_per_s,elapsed_s,bpc,well_formed,agreeing")
+        Some("step,split,loss,lr,tokens_per_s,elapsed_s,bpc,well_formed,agreeing,train_s")
     );
     let mut factors = std::collections::HashMap::<String, Vec<f64>>::new();
     for line in lines {

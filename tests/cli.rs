@@ -34,12 +34,15 @@ fn metrics(run: &Path) -> Vec<(usize, String, String)> {
     let mut lines = text.lines();
     assert_eq!(
         lines.next(),
-        Some("step,split,loss,lr,tokens_per_s,elapsed_s,bpc,well_formed,agreeing")
+        Some("step,split,loss,lr,tokens_per_s,elapsed_s,bpc,well_formed,agreeing,train_s")
     );
     lines
         .map(|l| {
             let f: Vec<&str> = l.split(',').collect();
-            assert_eq!(f.len(), 9, "{l}");
+            assert_eq!(f.len(), 10, "{l}");
+            // Seconds in training steps: never more than the wall time since the start.
+            let (elapsed, train): (f64, f64) = (f[5].parse().unwrap(), f[9].parse().unwrap());
+            assert!((0.0..=elapsed).contains(&train), "{l}");
             // A grammar run's val rows carry the shares of sampled sentences that parse and
             // that agree (a subset of those); other rows leave them empty.
             if f[1] == "val" && !f[7].is_empty() {

@@ -13,8 +13,14 @@ and forward+backward, and with --recipe-data the nanoGPT CPU recipe end to end;
 
 times one training step of gpt.py's model in each PyTorch mode, one after the other. The
 headlab bench calls it once per round, between rounds of its own columns, so the two sides
-alternate. Every output records torch's version, CPU capability, build and threading
-configuration.
+alternate;
+
+    python bench/reference/bench.py speedrun --config FILE [--seed N] [--max-seconds S]
+        [--compile] [--threads N] --out FILE
+
+trains a run config with headlab's speedrun switches (speedrun.py) and writes its losses,
+training seconds and sample. Every output records torch's version, CPU capability, build and
+threading configuration.
 """
 
 import argparse
@@ -31,6 +37,7 @@ from torch.nn import functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpt import Gpt, GptConfig, adamw  # noqa: E402
+from speedrun import speedrun  # noqa: E402
 
 # The shapes of crates/bench/src/step.rs: (config, batch). GptConfig(vocab_size, block_size,
 # d_model, n_layers, n_heads).
@@ -247,7 +254,7 @@ def recipe(path, iters, seed=1337):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("task", nargs="?", default="sections", choices=["sections", "step"])
+    p.add_argument("task", nargs="?", default="sections", choices=["sections", "step", "speedrun"])
     p.add_argument("--quick", action="store_true")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default="torch.json")
@@ -258,6 +265,10 @@ def main():
     p.add_argument("--recipe-iters", type=int, default=2000)
     p.add_argument("--recipe-seed", type=int, default=1337, help="the recipe's torch seed")
     p.add_argument("--only", default=None, help="comma-separated: attention, recipe")
+    p.add_argument("--config", default=None, help="speedrun: the run config (TOML)")
+    p.add_argument("--seed", type=int, default=None, help="speedrun: default train.seed")
+    p.add_argument("--max-seconds", type=float, default=None, help="speedrun: stop after")
+    p.add_argument("--compile", action="store_true", help="speedrun: torch.compile the loss")
     a = p.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -266,6 +277,10 @@ def main():
         out["shape"] = a.shape
         out["device"] = a.device
         out["steps"] = steps(a.shape, a.modes.split(","), a.quick, a.device)
+    elif a.task == "speedrun":
+        if not a.config:
+            p.error("speedrun needs --config FILE")
+        out["speedrun"] = speedrun(a.config, a.seed, a.max_seconds, a.compile)
     else:
         only = set(a.only.split(",")) if a.only else None
         warm, meas = (0.1, 0.3) if a.quick else (1.0, 3.0)

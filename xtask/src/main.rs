@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod architecture;
+mod speedrun;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
@@ -42,6 +43,11 @@ enum Task {
         #[arg(long)]
         write: bool,
     },
+    /// The speedrun's record check: trains configs/shakespeare-char-speedrun.toml for seeds
+    /// 1337, 1 and 2 (and, with --with-torch, the same model in PyTorch after each), prints
+    /// the table row and writes bench/results/<date>-<host>-speedrun[-2, ...].md with the
+    /// CPU, threads and commit. `--set` trains an ablation of it.
+    Speedrun(speedrun::SpeedrunArgs),
 }
 
 /// `cargo xtask interop`.
@@ -461,6 +467,7 @@ fn main() -> Result<()> {
         Task::Interop(args) => interop(args),
         Task::Features => features(),
         Task::Architecture { write } => architecture_task(write),
+        Task::Speedrun(args) => speedrun::speedrun(args),
     }
 }
 

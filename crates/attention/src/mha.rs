@@ -47,12 +47,18 @@ pub struct MultiHeadAttentionConfig {
     pub out_init_std: Option<f64>,
 }
 
-/// A linear layer with GPT-2's initialisation: `N(0, std^2)` weights, zero bias. Every
-/// projection of attention and of the model's MLP and LM head is made by it.
+/// A linear layer with GPT-2's initialisation: `N(0, std^2)` weights (exact zeros for a
+/// `std` of 0, drawing nothing), zero bias. Every projection of attention and of the model's
+/// MLP and LM head is made by it.
 pub fn gpt2_linear(d_in: usize, d_out: usize, bias: bool, std: f64, device: &Device) -> Linear {
+    let initializer = if std == 0.0 {
+        Initializer::Zeros
+    } else {
+        Initializer::Normal { mean: 0.0, std }
+    };
     let mut layer = LinearConfig::new(d_in, d_out)
         .with_bias(bias)
-        .with_initializer(Initializer::Normal { mean: 0.0, std })
+        .with_initializer(initializer)
         .init(device);
     layer.bias = layer
         .bias

@@ -15,7 +15,7 @@ use burn::optim::GradientsParams;
 use burn::tensor::{Device, Int, Tensor, TensorData};
 use headlab_kernels::BackendKind;
 use headlab_model::{Gpt, GptConfig, cross_entropy};
-use headlab_train::optim::{AdamW, AdamWConfig, global_grad_norm};
+use headlab_train::optim::{Optimizer, OptimizerConfig, global_grad_norm};
 use serde_json::{Value, json};
 
 use crate::peak::{Isa, fma_peak};
@@ -131,10 +131,7 @@ impl Shape {
     /// nanoGPT's `estimate_mfu` count: `6 N + 12 L d T` per token, N every parameter but the
     /// position table; times the batch's tokens.
     pub fn flops_per_step(&self) -> f64 {
-        let config = self.config();
-        let n = (config.param_count(true) - config.block_size * config.d_model) as f64;
-        let per_token = 6.0 * n + 12.0 * (self.n_layers * self.d_model * self.block_size) as f64;
-        per_token * (self.batch * self.block_size) as f64
+        self.config().flops_per_token() * (self.batch * self.block_size) as f64
     }
 }
 
@@ -208,11 +205,12 @@ fn time_step(shape: &Shape, backend: BackendKind, rule: &Rule) -> Result<(f64, V
         let (b, t) = (shape.batch, shape.block_size);
         let v = shape.vocab;
         let (x, y) = (tokens(b, t, v, 1, &ad), tokens(b, t, v, 2, &ad));
-        let mut optim = AdamW::new(AdamWConfig {
+        let mut optim = Optimizer::new(OptimizerConfig {
             beta1: 0.9,
             beta2: 0.99,
             eps: 1e-8,
             weight_decay: 0.1,
+            muon: None,
         });
         let mut slot = Some(model);
         // As `headlab train` runs its loop.

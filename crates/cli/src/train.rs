@@ -111,6 +111,21 @@ pub fn run(args: TrainArgs) -> Result<()> {
         summary.run.display(),
         summary.run.display()
     );
+    let r = &summary.result;
+    let full = r.val_full_loss.map_or(String::new(), |loss| {
+        format!(
+            "; the whole val split ({} tokens, windows of {}): {loss:.4}",
+            r.val_full_tokens, r.block_size
+        )
+    });
+    eprintln!(
+        "compute: {:.2} TFLOP (6N + 12LdT = {:.2} MFLOP per token, {} tokens) in {:.1} s of \
+         training steps{full}",
+        r.compute_flops / 1e12,
+        r.flops_per_token / 1e6,
+        r.tokens,
+        r.train_s
+    );
     // The final model's head table, then the page that shows it with the rest of the run.
     let heads = HeadsArgs {
         run: summary.run.clone(),

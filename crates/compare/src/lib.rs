@@ -38,8 +38,8 @@ use thiserror::Error;
 use headlab_kernels::memory;
 use headlab_kernels::{BackendError, BackendKind};
 use headlab_train::config::{RunConfig, ValidationError};
-use headlab_train::optim::AdamW;
-use headlab_train::step::{adamw_config, step_batches, take_step};
+use headlab_train::optim::Optimizer;
+use headlab_train::step::{optimizer_config, step_batches, take_step};
 
 pub mod report;
 pub mod truth;
@@ -296,7 +296,7 @@ fn run_backend(
         .map(|(_, l)| l.clone())
         .unwrap_or_default();
 
-    let mut optim = AdamW::new(adamw_config(tc));
+    let mut optim = Optimizer::new(optimizer_config(tc));
     let (mut losses, mut phases) = (Vec::new(), Vec::new());
     let mut device_reserved: Option<u64> = None;
     for it in 0..steps {

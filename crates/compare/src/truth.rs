@@ -36,8 +36,8 @@ use headlab_model::{ForwardOptions, Gpt, GptConfig};
 use serde::Serialize;
 
 use headlab_train::config::RunConfig;
-use headlab_train::optim::AdamW;
-use headlab_train::step::{adamw_config, step_batches, take_step};
+use headlab_train::optim::Optimizer;
+use headlab_train::step::{optimizer_config, step_batches, take_step};
 
 use crate::StepsError;
 
@@ -367,7 +367,7 @@ pub fn f64_truth(
     let inner = device.clone().inner();
     let batches = step_batches(data, tc, gpt.block_size, 0)?;
     let (forward, max_scores) = forward_values(&model, &batches[0].0, tc.batch_size, &inner);
-    let mut optim = AdamW::new(adamw_config(tc));
+    let mut optim = Optimizer::new(optimizer_config(tc));
     let (mut grads, mut losses) = (Vec::new(), Vec::new());
     for it in 0..steps.min(TRUTH_STEPS) {
         let (next, step) = take_step(

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Tensor;
 use headlab_data::Tokenizer;
+use headlab_model::config::Activation;
 use headlab_model::{Gelu, Gpt, GptConfig, Norm, Positional};
 use serde_json::{Value, json};
 use thiserror::Error;
@@ -99,6 +100,35 @@ pub fn gpt2_config(config: &GptConfig) -> Result<Value, HfError> {
             "true".into(),
             "every block has an MLP",
             "false",
+        );
+    }
+    if config.activation != Activation::Gelu {
+        return unsupported(
+            "activation",
+            "\"relu2\"".into(),
+            "its MLP runs a GELU",
+            "\"gelu\"",
+        );
+    }
+    let speedrun_switches = [
+        (
+            "qk_norm",
+            config.qk_norm,
+            "its queries and keys are not normalised",
+        ),
+        ("bigram", config.bigram, "it has no previous-token table"),
+    ];
+    for (key, on, why) in speedrun_switches {
+        if on {
+            return unsupported(key, "true".into(), why, "false");
+        }
+    }
+    if let Some(c) = config.logit_softcap {
+        return unsupported(
+            "logit_softcap",
+            c.to_string(),
+            "its logits are not capped",
+            "none (remove it)",
         );
     }
     Ok(json!({
@@ -522,6 +552,7 @@ fn config_from_gpt2(hf: &Value, path: &Path) -> Result<GptConfig, ImportError> {
         tie_embeddings: hf["tie_word_embeddings"].as_bool().unwrap_or(true),
         attn_only: false,
         gelu,
+        ..GptConfig::default()
     })
 }
 
@@ -795,6 +826,13 @@ mod tests {
             (base.clone().with_norm(Norm::Post), "norm"),
             (base.clone().with_n_kv_heads(Some(1)), "n_kv_heads"),
             (base.clone().with_attn_only(true), "attn_only"),
+            (
+                base.clone().with_activation(Activation::Relu2),
+                "activation",
+            ),
+            (base.clone().with_qk_norm(true), "qk_norm"),
+            (base.clone().with_bigram(true), "bigram"),
+            (base.clone().with_logit_softcap(Some(30.0)), "logit_softcap"),
         ];
         for (config, key) in cases {
             let model = Gpt::new(&config, &device).unwrap();

@@ -19,9 +19,9 @@ use headlab_model::{Block, Gpt, GptConfig, GptConfigError};
 use thiserror::Error;
 
 use headlab_train::config::{ConfigError, RunConfig};
-use headlab_train::optim::AdamW;
+use headlab_train::optim::Optimizer;
 use headlab_train::run::{IMPORT_FILE, RunDir, RunError, TrainState, TrainedOn, write_atomic};
-use headlab_train::step::adamw_config;
+use headlab_train::step::optimizer_config;
 
 /// `config` (whose `vocab_size` is the weights' embedding rows) for a tokenizer of `tokens`:
 /// the same, or, when the embedding has more rows than the tokenizer has tokens (nanoGPT pads
@@ -290,11 +290,12 @@ impl Imported {
             let path = run.root.join(IMPORT_FILE);
             let json = serde_json::to_string_pretty(&self.source).expect("JSON") + "\n";
             write_atomic(&path, json.as_bytes())?;
-            let optim = AdamW::new(adamw_config(&config.train));
+            let optim = Optimizer::new(optimizer_config(&config.train));
             let state = TrainState {
                 step: 0,
                 best_val_loss: None,
                 elapsed_s: 0.0,
+                train_s: 0.0,
             };
             let trained_on = TrainedOn {
                 backend: "import".into(),

@@ -195,6 +195,7 @@ fn gpt_config(args: &ModelArgs) -> GptConfig {
         tie_embeddings: true,
         attn_only: false,
         gelu: Gelu::Exact,
+        ..GptConfig::default()
     }
 }
 

@@ -200,6 +200,23 @@ pub fn layer_norm<const D: usize>(
     ))
 }
 
+/// RMS norm over the last dimension without a gain, `x / sqrt(mean(x^2) + epsilon)` (QK-norm).
+/// Burn's ops on every backend: it runs on `[b, h, t, d_k]` heads, small next to the matmuls
+/// around it. Where the kernels run, the `rms-norm-no-eps` test mutation drops epsilon, so
+/// the tests can show `headlab compare` catches a wrong variant of it.
+///
+/// # Shapes
+/// `x [..., d] -> [..., d]`
+pub fn rms_norm<const D: usize>(x: Tensor<D>, epsilon: f64) -> Tensor<D> {
+    let epsilon = if runs_on(&x) && toggle::mutated(Mutation::RmsNormNoEps) {
+        0.0
+    } else {
+        epsilon
+    };
+    let mean_square = x.clone().square().mean_dim(D - 1);
+    x / mean_square.add_scalar(epsilon).sqrt()
+}
+
 /// `x W (+ b)` for `x [..., d_in]`, `W [d_in, d_out]` (Burn's layout), `b [d_out]`: one
 /// `gemm` over all rows each way, with no copies of `x` or `W` on flex, where the kernels
 /// run; Burn's `linear` elsewhere.

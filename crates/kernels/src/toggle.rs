@@ -43,16 +43,19 @@ pub enum Mutation {
     SoftmaxNoMax,
     /// AdamW without its bias corrections.
     AdamWNoBiasCorrection,
+    /// RMS norm (QK-norm) without its epsilon.
+    RmsNormNoEps,
 }
 
 impl Mutation {
     /// Every mutation, with the name `HEADLAB_TEST_MUTATION` takes.
-    pub const ALL: [(&'static str, Mutation); 5] = [
+    pub const ALL: [(&'static str, Mutation); 6] = [
         ("tanh-gelu", Mutation::TanhGelu),
         ("layer-norm-eps", Mutation::LayerNormEps),
         ("attention-scale", Mutation::AttentionScale),
         ("softmax-no-max", Mutation::SoftmaxNoMax),
         ("adamw-no-bias-correction", Mutation::AdamWNoBiasCorrection),
+        ("rms-norm-no-eps", Mutation::RmsNormNoEps),
     ];
 }
 

@@ -4,10 +4,10 @@ use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::{Device, Tensor, TensorData};
 pub(crate) use headlab_attention::gpt2_linear;
-use headlab_attention::{AttentionOptions, MultiHeadAttention, apply_rope};
+use headlab_attention::{AttentionOptions, MultiHeadAttention, Qkv, apply_rope};
 use headlab_kernels::linear_layer;
 
-use crate::config::{Gelu, GptConfig, Norm};
+use crate::config::{Activation, Gelu, GptConfig, Norm, QK_NORM_EPSILON};
 
 /// LayerNorm's epsilon, PyTorch's default (`burn::nn::LayerNorm` keeps its own private).
 pub const LN_EPSILON: f64 = 1e-5;
@@ -26,7 +26,7 @@ pub(crate) fn norm<const D: usize>(ln: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
     headlab_kernels::layer_norm(x, ln.gamma.val(), beta, LN_EPSILON)
 }
 
-/// The position-wise feed-forward network `c_proj(gelu(c_fc(x)))`.
+/// The position-wise feed-forward network `c_proj(act(c_fc(x)))`.
 #[derive(Module, Debug)]
 pub struct Mlp {
     /// `[d_model, d_ff]`.
@@ -35,9 +35,12 @@ pub struct Mlp {
     pub c_proj: Linear,
     /// Dropout on the output.
     pub dropout: Dropout,
-    /// Which GELU runs between the two.
+    /// Which GELU runs between the two, when the activation is GELU.
     #[module(skip)]
     pub gelu: Gelu,
+    /// GELU or ReLU².
+    #[module(skip)]
+    pub activation: Activation,
 }
 
 impl Mlp {
@@ -48,6 +51,7 @@ impl Mlp {
             c_proj: gpt2_linear(ff, d, config.bias, config.residual_init_std(), device),
             dropout: DropoutConfig::new(config.dropout).init(),
             gelu: config.gelu,
+            activation: config.activation,
         }
     }
 
@@ -55,9 +59,10 @@ impl Mlp {
     /// `[b, t, d_model] -> [b, t, d_model]`
     pub fn forward(&self, x: Tensor<3>) -> Tensor<3> {
         let h = linear_layer(&self.c_fc, x);
-        let h = match self.gelu {
-            Gelu::Exact => headlab_kernels::gelu(h),
-            Gelu::Tanh => gelu_tanh(h),
+        let h = match (self.activation, self.gelu) {
+            (Activation::Gelu, Gelu::Exact) => headlab_kernels::gelu(h),
+            (Activation::Gelu, Gelu::Tanh) => gelu_tanh(h),
+            (Activation::Relu2, _) => relu_squared(h),
         };
         self.dropout.forward(linear_layer(&self.c_proj, h))
     }
@@ -72,6 +77,11 @@ pub fn gelu_tanh<const D: usize>(x: Tensor<D>) -> Tensor<D> {
     let cube = x.clone() * x.clone() * x.clone();
     let inner = (x.clone() + cube * 0.044715) * sqrt_2_over_pi;
     x * (inner.tanh() + 1.0) * 0.5
+}
+
+/// `relu(x)^2` (Primer's squared ReLU), as Burn's ops: autodiff gives `2 relu(x)`.
+pub fn relu_squared<const D: usize>(x: Tensor<D>) -> Tensor<D> {
+    burn::tensor::activation::relu(x).square()
 }
 
 /// Keys and values of one layer for the positions seen so far, before grouped-query
@@ -183,6 +193,9 @@ pub struct Block {
     /// Whether Q and K are rotated by position.
     #[module(skip)]
     pub rope: bool,
+    /// Whether Q and K are RMS-normalised per head first.
+    #[module(skip)]
+    pub qk_norm: bool,
 }
 
 impl Block {
@@ -198,6 +211,7 @@ impl Block {
             mlp: (!config.attn_only).then(|| Mlp::new(config, device)),
             norm: config.norm,
             rope: config.positional == crate::Positional::Rope,
+            qk_norm: config.qk_norm,
         }
     }
 
@@ -224,6 +238,7 @@ impl Block {
             other => (None, other),
         };
         let plain = !self.rope
+            && !self.qk_norm
             && cache.is_none()
             && options.head_mask.is_none()
             && options.head_bias.is_none()
@@ -237,11 +252,7 @@ impl Block {
             out.max_score = max_score;
             return out;
         }
-        let mut qkv = self.attn.project(h);
-        if self.rope {
-            qkv.q = apply_rope(qkv.q, offset);
-            qkv.k = apply_rope(qkv.k, offset);
-        }
+        let qkv = self.position(self.attn.project(h), offset);
         let (k, v) = match cache {
             Some(slot) => {
                 let (k, v) = match slot.take() {
@@ -285,6 +296,22 @@ impl Block {
         out
     }
 
+    /// QK-norm, then RoPE, on freshly projected heads whose first position is `offset`.
+    ///
+    /// # Shapes
+    /// `q [b, n_heads, t, d_k]`, `k [b, n_kv_heads, t, d_k]`, unchanged
+    fn position(&self, mut qkv: Qkv, offset: usize) -> Qkv {
+        if self.qk_norm {
+            qkv.q = headlab_kernels::rms_norm(qkv.q, QK_NORM_EPSILON);
+            qkv.k = headlab_kernels::rms_norm(qkv.k, QK_NORM_EPSILON);
+        }
+        if self.rope {
+            qkv.q = apply_rope(qkv.q, offset);
+            qkv.k = apply_rope(qkv.k, offset);
+        }
+        qkv
+    }
+
     /// `max |q . k| / sqrt(d_k)` over heads and query-key pairs of the attention input `h`:
     /// the softmax turns an absolute error in a score into a relative error in its weight, so
     /// this sets how much it amplifies rounding (`headlab compare`'s bound). Computed apart
@@ -293,11 +320,7 @@ impl Block {
     /// # Shapes
     /// `h [b, t, d_model] -> [1]`
     fn max_score(&self, h: Tensor<3>, offset: usize) -> Tensor<1> {
-        let mut qkv = self.attn.project(h);
-        if self.rope {
-            qkv.q = apply_rope(qkv.q, offset);
-            qkv.k = apply_rope(qkv.k, offset);
-        }
+        let qkv = self.position(self.attn.project(h), offset);
         let k = self.attn.repeat_kv(qkv.k);
         // [b, h, t, d_k] x [b, h, d_k, t] -> [b, h, t, t]
         let scores = qkv.q.matmul(k.transpose());

@@ -74,6 +74,41 @@ pub struct GptConfig {
     pub attn_only: bool,
     /// The MLP's GELU: `exact` or `tanh` (GPT-2's approximation). Default `exact`.
     pub gelu: Gelu,
+    /// The MLP's activation: `gelu` (the flavour `gelu` names) or `relu2`. Default `gelu`.
+    #[serde(skip_serializing_if = "is_default")]
+    pub activation: Activation,
+    /// RMS-normalise every head's queries and keys (no gain, epsilon [`QK_NORM_EPSILON`])
+    /// before RoPE and the dot product, so no score can grow past `sqrt(d_k)` (Henry et al.
+    /// 2020, "Query-Key Normalization for Transformers"; modded-nanogpt's speedrun). Default
+    /// false.
+    #[serde(skip_serializing_if = "is_default")]
+    pub qk_norm: bool,
+    /// Start W_O and the MLP's `c_proj` at zero, so every block starts as the identity and
+    /// the first steps train the embeddings and head through a clean residual stream
+    /// (modded-nanogpt's speedrun). Default false.
+    #[serde(skip_serializing_if = "is_default")]
+    pub zero_init_proj: bool,
+    /// Start the untied LM head at zero: the first logits are uniform, the first loss is
+    /// `ln(vocab)` (modded-nanogpt's speedrun). Needs `tie_embeddings = false`. Default false.
+    #[serde(skip_serializing_if = "is_default")]
+    pub zero_init_head: bool,
+    /// A previous-token table `bigram [vocab, d_model]`: position `i` adds row `tokens[i-1]`
+    /// to its embedding (nothing at a window's first position), so the first block sees
+    /// character pairs without spending a head on them (the bigram-embedding idea of the
+    /// modded-nanogpt speedrun, at the character level). Default false.
+    #[serde(skip_serializing_if = "is_default")]
+    pub bigram: bool,
+    /// Soft-cap the logits at `c`: `c tanh(z / c)`, smooth and bounded (Gemma 2; the
+    /// modded-nanogpt speedrun caps at 30 or 15). Default: none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub logit_softcap: Option<f64>,
+}
+
+/// Epsilon of [`GptConfig::qk_norm`]'s RMS norm, added to the mean square.
+pub const QK_NORM_EPSILON: f64 = 1e-6;
+
+fn is_default<T: Default + PartialEq>(value: &T) -> bool {
+    *value == T::default()
 }
 
 fn is_zero(n: &usize) -> bool {
@@ -98,8 +133,26 @@ impl Default for GptConfig {
             tie_embeddings: true,
             attn_only: false,
             gelu: Gelu::Exact,
+            activation: Activation::Gelu,
+            qk_norm: false,
+            zero_init_proj: false,
+            zero_init_head: false,
+            bigram: false,
+            logit_softcap: None,
         }
     }
+}
+
+/// The MLP's nonlinearity between `c_fc` and `c_proj`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Activation {
+    /// GELU, exact or tanh as [`GptConfig::gelu`] says (GPT-2, nanoGPT).
+    #[default]
+    Gelu,
+    /// `relu(x)^2`: cheaper than GELU and faster to train at small scale (So et al. 2021,
+    /// "Primer"; the modded-nanogpt speedrun).
+    Relu2,
 }
 
 /// The MLP's activation.
@@ -209,6 +262,19 @@ pub enum GptConfigError {
         /// The tokenizer's size.
         tokens: usize,
     },
+    /// A zero-initialised head that is the token table.
+    #[error(
+        "model.zero_init_head = true needs an untied LM head, but model.tie_embeddings = true \
+         (a zero token table would embed every token as zeros); set model.tie_embeddings = \
+         false, or remove model.zero_init_head"
+    )]
+    ZeroInitTiedHead,
+    /// A soft cap that is not a positive number.
+    #[error(
+        "model.logit_softcap = {0} must be a positive number (e.g. 30); remove it to leave the \
+         logits uncapped"
+    )]
+    LogitSoftcap(f64),
     /// The attention layer rejected its sizes for a reason the checks above do not cover.
     #[error("model.{0}")]
     Attention(AttentionConfigError),
@@ -255,6 +321,12 @@ impl GptConfig {
         with_tie_embeddings => tie_embeddings: bool,
         with_attn_only => attn_only: bool,
         with_gelu => gelu: Gelu,
+        with_activation => activation: Activation,
+        with_qk_norm => qk_norm: bool,
+        with_zero_init_proj => zero_init_proj: bool,
+        with_zero_init_head => zero_init_head: bool,
+        with_bigram => bigram: bool,
+        with_logit_softcap => logit_softcap: Option<f64>,
     }
 
     /// Rows of the token embedding: `padded_vocab_size`, or `vocab_size` when unpadded.
@@ -288,8 +360,12 @@ impl GptConfig {
             .with_out_init_std(Some(self.residual_init_std()))
     }
 
-    /// GPT-2 scales the init of projections into the residual stream by `1/sqrt(2 n_layers)`.
+    /// GPT-2 scales the init of projections into the residual stream by `1/sqrt(2 n_layers)`;
+    /// with `zero_init_proj` they start at zero.
     pub fn residual_init_std(&self) -> f64 {
+        if self.zero_init_proj {
+            return 0.0;
+        }
         0.02 / (2.0 * self.n_layers.max(1) as f64).sqrt()
     }
 
@@ -362,6 +438,14 @@ impl GptConfig {
             Err(AttentionConfigError::Dropout(p)) => return Err(GptConfigError::Dropout(p)),
             Err(other) => return Err(GptConfigError::Attention(other)),
         }
+        if self.zero_init_head && self.tie_embeddings {
+            return Err(GptConfigError::ZeroInitTiedHead);
+        }
+        if let Some(c) = self.logit_softcap
+            && !(c.is_finite() && c > 0.0)
+        {
+            return Err(GptConfigError::LogitSoftcap(c));
+        }
         match self.positional {
             Positional::Rope if !self.d_k().is_multiple_of(2) => Err(GptConfigError::RopeOddDk {
                 d_model: self.d_model,
@@ -373,6 +457,20 @@ impl GptConfig {
             }
             _ => Ok(()),
         }
+    }
+
+    /// Training compute per token as nanoGPT's `estimate_mfu` counts it: `6 N + 12 L d T`,
+    /// with N every parameter but the position table (forward and backward through every
+    /// weight, plus the attention products over all `T` keys). The speedrun's budget and the
+    /// bench's FLOP rates both use it.
+    pub fn flops_per_token(&self) -> f64 {
+        let wpe = if self.positional == Positional::Learned {
+            self.block_size * self.d_model
+        } else {
+            0
+        };
+        let n = (self.param_count(true) - wpe) as f64;
+        6.0 * n + 12.0 * (self.n_layers * self.d_model * self.block_size) as f64
     }
 
     /// Parameter count from the formula, for checking the built model.
@@ -401,11 +499,12 @@ impl GptConfig {
             0
         };
         let lm_head = if self.tie_embeddings { 0 } else { d * v };
+        let bigram = if self.bigram { v * d } else { 0 };
         // Post-norm blocks end in a LayerNorm already; only pre-norm adds a final one.
         let ln_f = if self.norm == Norm::Pre { ln } else { 0 };
         let non_embedding = blocks + ln_f + lm_head;
         if with_embeddings {
-            non_embedding + wte + wpe
+            non_embedding + wte + wpe + bigram
         } else {
             non_embedding
         }

@@ -27,6 +27,8 @@ pub struct Gpt {
     pub ln_f: Option<LayerNorm>,
     /// Untied LM head `[d_model, embedding_rows]`.
     pub lm_head: Option<Linear>,
+    /// Previous-token table `[embedding_rows, d_model]` (`bigram` models only).
+    pub bigram: Option<Embedding>,
     /// The configuration the model was built from.
     #[module(skip)]
     pub config: GptConfig,
@@ -76,6 +78,8 @@ pub struct KvCache {
     pub layers: Vec<Option<LayerCache>>,
     /// Number of positions cached; the next token's position.
     pub len: usize,
+    /// `[b, 1]`: the last token decoded, the previous token of the next one (bigram models).
+    pub last: Option<Tensor<2, Int>>,
 }
 
 impl KvCache {
@@ -84,6 +88,7 @@ impl KvCache {
         Self {
             layers: vec![None; n_layers],
             len: 0,
+            last: None,
         }
     }
 }
@@ -129,8 +134,11 @@ impl Gpt {
                 .map(|_| Block::new(config, device))
                 .collect(),
             ln_f: (config.norm == Norm::Pre).then(|| layer_norm_config(config).init(device)),
-            lm_head: (!config.tie_embeddings)
-                .then(|| gpt2_linear(config.d_model, config.embedding_rows(), false, 0.02, device)),
+            lm_head: (!config.tie_embeddings).then(|| {
+                let std = if config.zero_init_head { 0.0 } else { 0.02 };
+                gpt2_linear(config.d_model, config.embedding_rows(), false, std, device)
+            }),
+            bigram: config.bigram.then(|| embedding(config.embedding_rows())),
             config: config.clone(),
         })
     }
@@ -155,14 +163,23 @@ impl Gpt {
         }
     }
 
-    /// Token and position embeddings for positions `offset..offset + t`.
+    /// Token and position embeddings for positions `offset..offset + t`; `previous` is the
+    /// token before the first (a decoding cache's last), for the bigram table.
     ///
     /// # Shapes
-    /// `tokens [b, t] -> [b, t, d_model]`
-    fn embed(&self, tokens: Tensor<2, Int>, offset: usize) -> Tensor<3> {
-        let [_, t] = tokens.dims();
+    /// `tokens [b, t]`, `previous [b, 1]` -> `[b, t, d_model]`
+    fn embed(
+        &self,
+        tokens: Tensor<2, Int>,
+        offset: usize,
+        previous: Option<Tensor<2, Int>>,
+    ) -> Tensor<3> {
+        let t = tokens.dims()[1];
         let device = tokens.device();
-        let x = self.wte.forward(tokens);
+        let mut x = self.wte.forward(tokens.clone());
+        if let Some(bigram) = &self.bigram {
+            x = x + self.bigram_rows(bigram, tokens, previous);
+        }
         match (&self.wpe, self.config.positional) {
             (Some(wpe), _) => {
                 let positions =
@@ -175,6 +192,35 @@ impl Gpt {
                 x + sinusoidal_encoding(t, self.config.d_model, offset, &device, dtype)
             }
             _ => x,
+        }
+    }
+
+    /// Row `tokens[i - 1]` of the bigram table at every position `i`; at the first, the row
+    /// of `previous` if there is one, else zeros.
+    ///
+    /// # Shapes
+    /// `tokens [b, t]`, `previous [b, 1]` -> `[b, t, d_model]`
+    fn bigram_rows(
+        &self,
+        table: &Embedding,
+        tokens: Tensor<2, Int>,
+        previous: Option<Tensor<2, Int>>,
+    ) -> Tensor<3> {
+        let [b, t] = tokens.dims();
+        let d = self.config.d_model;
+        // [b, t] -> [b, t - 1]: the previous token of positions 1..t
+        let shifted = tokens.slice([0..b, 0..t - 1]);
+        match previous {
+            Some(first) => table.forward(Tensor::cat(vec![first, shifted], 1)),
+            None => {
+                // Nothing at a window's first position.
+                let on = (&shifted.device(), self.wte.weight.val().dtype());
+                let start = Tensor::<3>::zeros([b, 1, d], on);
+                if t == 1 {
+                    return start;
+                }
+                Tensor::cat(vec![start, table.forward(shifted)], 1)
+            }
         }
     }
 
@@ -195,12 +241,21 @@ impl Gpt {
                 Some(head) => head.weight.val().slice([0..d, 0..v]),
                 None => self.wte.weight.val().slice([0..v, 0..d]).transpose(),
             };
-            return headlab_kernels::linear(x, w, None);
+            return self.softcap(headlab_kernels::linear(x, w, None));
         }
-        match &self.lm_head {
+        let logits = match &self.lm_head {
             Some(head) => headlab_kernels::linear_layer(head, x),
             // Tied: logits = x W_te^T, with W_te [v, d] read as [d, v].
             None => headlab_kernels::linear(x, self.wte.weight.val().transpose(), None),
+        };
+        self.softcap(logits)
+    }
+
+    /// `c tanh(z / c)` with `c` the model's `logit_softcap`; the logits as they are without.
+    fn softcap(&self, logits: Tensor<3>) -> Tensor<3> {
+        match self.config.logit_softcap {
+            Some(c) => logits.div_scalar(c).tanh().mul_scalar(c),
+            None => logits,
         }
     }
 
@@ -216,7 +271,7 @@ impl Gpt {
     /// `tokens [b, t]`, `head_mask [n_layers, n_heads]`
     /// `-> logits [b, t, vocab_size]`, `weights n_layers x [b, n_heads, t, t]`
     pub fn forward_with(&self, tokens: Tensor<2, Int>, options: ForwardOptions) -> GptOutput {
-        let mut x = self.embed(tokens, 0);
+        let mut x = self.embed(tokens, 0, None);
         let mut weights = Vec::new();
         let mut head_outputs = Vec::new();
         let mut sublayers = Vec::new();
@@ -287,7 +342,8 @@ impl Gpt {
         }
         let t = tokens.dims()[1];
         let offset = cache.len;
-        let mut x = self.embed(tokens, offset);
+        let last = tokens.clone().slice([0..tokens.dims()[0], t - 1..t]);
+        let mut x = self.embed(tokens, offset, cache.last.replace(last));
         for (block, slot) in self.blocks.iter().zip(cache.layers.iter_mut()) {
             x = block
                 .forward(x, offset, Some(slot), BlockOptions::default())

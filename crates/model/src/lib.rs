@@ -19,7 +19,7 @@ pub mod gpt;
 pub mod io;
 
 pub use block::{Block, BlockOptions, BlockOutput, LayerCache, Mlp, PatchSite, patch_position};
-pub use config::{Gelu, GptConfig, GptConfigError, Norm, Positional};
+pub use config::{Activation, Gelu, GptConfig, GptConfigError, Norm, Positional};
 pub use generate::{Decoder, GenerateError, Sampling};
 pub use gpt::{ForwardOptions, Gpt, GptOutput, KvCache, cross_entropy, sinusoidal_encoding};
 pub use headlab_attention as attention;

@@ -539,6 +539,18 @@ function fillText() {
     $('sample').hidden = true;
     $('sample-section').appendChild(el('p', 'hint', 'This run has no generated sample.'));
   } else $('sample').textContent = D.sample;
+  // `headlab report RUN --beside OTHER`: OTHER's model sampled the same way, side by side.
+  const b = D.beside;
+  if (b) {
+    $('beside-column').hidden = false;
+    $('sample-title').hidden = false;
+    $('beside-title').textContent = b.run;
+    $('beside').textContent = b.sample;
+    const info = $('sample-info');
+    info.hidden = false;
+    info.textContent = `Both from the prompt ${JSON.stringify(b.prompt)}, ${b.tokens} tokens at ` +
+      `temperature ${b.temperature}, seed ${b.seed}.`;
+  }
   $('config').textContent = D.config || '';
 }
 

@@ -47,7 +47,30 @@ struct ReportData {
     /// `RUN/patch/patch.json` as written by `headlab patch`.
     patching: Option<serde_json::Value>,
     sample: Option<String>,
+    /// `RUN/beside.json` as `headlab report --beside` writes it: another run's sample.
+    beside: Option<Beside>,
 }
+
+/// Another run's model sampled exactly as this run's sample was (prompt, tokens,
+/// temperature, seed), to read side by side on the page: `RUN/beside.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+pub struct Beside {
+    /// The other run, as given.
+    pub run: String,
+    /// Its sample.
+    pub sample: String,
+    /// The prompt both samples start from.
+    pub prompt: String,
+    /// Tokens sampled.
+    pub tokens: usize,
+    /// Sampling temperature.
+    pub temperature: f64,
+    /// Sampling seed.
+    pub seed: u64,
+}
+
+/// The file [`Beside`] is kept in.
+pub const BESIDE_FILE: &str = "beside.json";
 
 #[derive(Debug, Serialize)]
 struct Losses {
@@ -201,6 +224,7 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         table,
         patching,
         sample,
+        beside: read(BESIDE_FILE).and_then(|t| serde_json::from_str(&t).ok()),
     };
     let json = serde_json::to_string(&data).expect("report data serialises");
     let html = fill_page(&title, &json);

@@ -52,6 +52,9 @@ pub struct TrainConfig {
     pub seed: u64,
     /// Tokens sampled after training; 0 skips sampling. Default 300.
     pub sample_tokens: usize,
+    /// Temperature of that sample (below 1 sharpens, as nanoGPT's `sample.py` samples at
+    /// 0.8). Default 1.0.
+    pub sample_temperature: f64,
     /// Record per-head attention statistics every this many steps; 0 is off. Default 100.
     pub track_heads_every: usize,
     /// On the built-in grammar corpus: sentences sampled at each evaluation and parsed, for
@@ -59,6 +62,43 @@ pub struct TrainConfig {
     pub grammar_sentences: usize,
     /// Compute backend name. Default `flex`.
     pub backend: String,
+    /// `adamw` for every parameter, or `muon`: Muon for the matrices inside the blocks and
+    /// AdamW for embeddings, head and gains (the modded-nanogpt speedrun). Default `adamw`.
+    pub optimizer: OptimizerKind,
+    /// Muon's peak rate; it follows the schedule as `lr` does. Default 0.02.
+    pub muon_lr: f64,
+    /// Muon's Nesterov momentum. Default 0.95.
+    pub muon_momentum: f64,
+    /// The learning-rate schedule after warm-up: `cosine` decay to `min_lr` by
+    /// `lr_decay_iters` (nanoGPT), or `wsd`, warmup-stable-decay: `lr` until the last
+    /// `cooldown_fraction` of `max_iters`, then linearly down to `min_lr` (Hägele et al. 2024,
+    /// "Scaling Laws and Compute-Optimal Training Beyond Fixed Training Durations"; the
+    /// modded-nanogpt speedrun). Default `cosine`.
+    pub schedule: Schedule,
+    /// Share of `max_iters` the `wsd` schedule spends decaying. Default 0.2.
+    pub cooldown_fraction: f64,
+}
+
+/// `train.optimizer`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OptimizerKind {
+    /// AdamW for every parameter.
+    #[default]
+    Adamw,
+    /// Muon for the blocks' matrices, AdamW for the rest.
+    Muon,
+}
+
+/// `train.schedule`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Schedule {
+    /// Half-cosine decay to `min_lr` at `lr_decay_iters` (nanoGPT's `get_lr`).
+    #[default]
+    Cosine,
+    /// Warmup, stable, then a linear cooldown over the last `cooldown_fraction` of the run.
+    Wsd,
 }
 
 impl Default for TrainConfig {
@@ -80,9 +120,15 @@ impl Default for TrainConfig {
             log_interval: 10,
             seed: 1337,
             sample_tokens: 300,
+            sample_temperature: 1.0,
             track_heads_every: 100,
             grammar_sentences: 200,
             backend: "flex".to_string(),
+            optimizer: OptimizerKind::Adamw,
+            muon_lr: 0.02,
+            muon_momentum: 0.95,
+            schedule: Schedule::Cosine,
+            cooldown_fraction: 0.2,
         }
     }
 }
@@ -393,7 +439,7 @@ impl TrainConfig {
                 return Err(ValidationError::Zero { field, default });
             }
         }
-        let range_checks: [(&'static str, f64, bool, &'static str); 6] = [
+        let range_checks: [(&'static str, f64, bool, &'static str); 10] = [
             (
                 "train.lr",
                 t.lr,
@@ -429,6 +475,30 @@ impl TrainConfig {
                 t.grad_clip,
                 t.grad_clip.is_finite() && t.grad_clip >= 0.0,
                 "at least 0 (0 turns clipping off)",
+            ),
+            (
+                "train.sample_temperature",
+                t.sample_temperature,
+                t.sample_temperature.is_finite() && t.sample_temperature > 0.0,
+                "greater than 0 (e.g. 0.8)",
+            ),
+            (
+                "train.muon_lr",
+                t.muon_lr,
+                t.muon_lr.is_finite() && t.muon_lr > 0.0,
+                "greater than 0 (e.g. 0.02)",
+            ),
+            (
+                "train.muon_momentum",
+                t.muon_momentum,
+                (0.0..1.0).contains(&t.muon_momentum),
+                "in [0, 1) (e.g. 0.95)",
+            ),
+            (
+                "train.cooldown_fraction",
+                t.cooldown_fraction,
+                t.cooldown_fraction > 0.0 && t.cooldown_fraction <= 1.0,
+                "in (0, 1] (e.g. 0.2)",
             ),
         ];
         for (field, value, ok, expected) in range_checks {
@@ -869,8 +939,8 @@ mod tests {
         let ConfigError::SetUnknownKey { valid, .. } = err else {
             panic!("wrong variant")
         };
-        assert_eq!(valid.len(), 19);
-        assert_eq!(section_fields("model").unwrap().len(), 14);
+        assert_eq!(valid.len(), 25);
+        assert_eq!(section_fields("model").unwrap().len(), 20);
         assert_eq!(section_fields("data").unwrap().len(), 7);
         assert!(matches!(
             set("train.lr.x=1"),

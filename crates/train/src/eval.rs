@@ -63,6 +63,32 @@ impl LossSum {
     }
 }
 
+impl LossSum {
+    /// The loss over every token of `split` in consecutive, non-overlapping windows of
+    /// `block_size` (the last one shorter), each starting fresh as in training: the same
+    /// tokens whatever the seed, unlike [`estimate_loss`]'s random windows. Full windows go
+    /// through the model [`FULL_SPLIT_ROWS`] at a time. `None` for a split of under 2 tokens.
+    pub fn of_split(model: &Gpt, data: &Dataset, split: Split, device: &Device) -> Option<Self> {
+        let tokens = data.tokens(split);
+        let t = model.config.block_size;
+        let windows = tokens.len().checked_sub(1)? / t;
+        let mut sum = Self::default();
+        for first in (0..windows).step_by(FULL_SPLIT_ROWS) {
+            let rows = FULL_SPLIT_ROWS.min(windows - first);
+            let (start, end) = (first * t, (first + rows) * t);
+            let window = (&tokens[start..end], &tokens[start + 1..end + 1]);
+            sum.add(model, window, (rows, t), None, device);
+        }
+        let rest = LossSum::of_tokens(model, &tokens[windows * t..], t, device);
+        sum.nats += rest.nats;
+        sum.tokens += rest.tokens;
+        (sum.tokens > 0).then_some(sum)
+    }
+}
+
+/// Windows per forward pass of [`LossSum::of_split`].
+pub const FULL_SPLIT_ROWS: usize = 32;
+
 /// Mean loss over `iters` batches of `split`, the same batches at every call for a seed, so
 /// curves compare like with like.
 pub fn estimate_loss(

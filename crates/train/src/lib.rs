@@ -4,7 +4,7 @@
 //! - [`config`]: the TOML run config ([`RunConfig`]: `[model]`, `[train]`, `[data]`) and
 //!   `--set` overrides.
 //! - [`run`]: run directories, checkpoints with manifests, Ctrl-C.
-//! - [`optim`], [`schedule`]: AdamW and the learning rate.
+//! - [`optim`], [`schedule`]: Optimizer and the learning rate.
 //! - [`step`]: one optimizer step (its learning rate, micro-batches, clipping, AdamW), the one
 //!   that `headlab compare` and the f64 truth take too.
 //! - [`eval`]: loss on held-out text; [`grammar`]: how well a grammar run writes grammar.

@@ -33,12 +33,20 @@ fn write_error(path: &Path) -> impl FnOnce(std::io::Error) -> MetricsError + '_ 
 }
 
 /// Header of `metrics.csv`. `well_formed` and `agreeing` are the shares of sampled sentences
-/// that parse and that agree, on the val rows of a grammar run; empty elsewhere.
+/// that parse and that agree, on the val rows of a grammar run; empty elsewhere. `elapsed_s`
+/// is the wall time since the run started; `train_s` is the part of it spent in training
+/// steps (evaluations, checkpoints and observers left out), the time a speed claim counts.
 pub const METRICS_HEADER: &str =
-    "step,split,loss,lr,tokens_per_s,elapsed_s,bpc,well_formed,agreeing\n";
+    "step,split,loss,lr,tokens_per_s,elapsed_s,bpc,well_formed,agreeing,train_s\n";
 
-/// The header before the grammar columns; a resumed run's file with it gets empty ones.
-const OLD_HEADER: &str = "step,split,loss,lr,tokens_per_s,elapsed_s,bpc\n";
+/// Earlier headers, and the empty columns a resumed run's rows under them get.
+const OLD_HEADERS: [(&str, &str); 2] = [
+    ("step,split,loss,lr,tokens_per_s,elapsed_s,bpc\n", ",,,"),
+    (
+        "step,split,loss,lr,tokens_per_s,elapsed_s,bpc,well_formed,agreeing\n",
+        ",",
+    ),
+];
 
 /// The losses recorded in a `metrics.csv`.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -101,6 +109,8 @@ pub(crate) struct Metric<'a> {
     pub(crate) lr: f64,
     pub(crate) tokens_per_s: f64,
     pub(crate) elapsed_s: f64,
+    /// Seconds in training steps so far.
+    pub(crate) train_s: f64,
     /// `loss` in bits per character of the split's text (comparable across tokenizers).
     pub(crate) bpc: f64,
     /// Shares of sampled sentences well-formed and agreeing (grammar runs' val rows).
@@ -117,9 +127,11 @@ impl Metrics {
         if fresh || !path.exists() {
             std::fs::write(&path, METRICS_HEADER).map_err(write_error(&path))?;
         } else if let Ok(text) = std::fs::read_to_string(&path)
-            && let Some(rows) = text.strip_prefix(OLD_HEADER)
+            && let Some((rows, pad)) = OLD_HEADERS
+                .iter()
+                .find_map(|(header, pad)| Some((text.strip_prefix(header)?, pad)))
         {
-            let padded: String = rows.lines().map(|l| format!("{l},,\n")).collect();
+            let padded: String = rows.lines().map(|l| format!("{l}{pad}\n")).collect();
             write_atomic(&path, (METRICS_HEADER.to_string() + &padded).as_bytes())?;
         }
         Ok(Self { path })
@@ -159,8 +171,8 @@ impl Metrics {
             .map_or(",".to_string(), |(w, a)| format!("{w:.4},{a:.4}"));
         writeln!(
             f,
-            "{},{},{:.6},{:.6e},{:.1},{:.3},{:.6},{grammar}",
-            m.step, m.split, m.loss, m.lr, m.tokens_per_s, m.elapsed_s, m.bpc
+            "{},{},{:.6},{:.6e},{:.1},{:.3},{:.6},{grammar},{:.3}",
+            m.step, m.split, m.loss, m.lr, m.tokens_per_s, m.elapsed_s, m.bpc, m.train_s
         )
         .map_err(write_error(&self.path))
     }
@@ -170,13 +182,15 @@ impl Metrics {
 mod tests {
     use super::*;
 
-    /// A run made before the grammar columns resumes into a file with them: its old rows get
-    /// empty ones (so truncating after a crash keeps them), and read back as before.
+    /// A run made before the grammar and train_s columns resumes into a file with them: its
+    /// old rows get empty ones (so truncating after a crash keeps them), and read back as
+    /// before.
     #[test]
-    fn an_old_metrics_file_gains_the_grammar_columns() {
+    fn an_old_metrics_file_gains_the_grammar_and_train_s_columns() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("metrics.csv");
-        let old = format!("{OLD_HEADER}0,train,3.3,1e-4,0.0,1.0,4.7\n0,val,3.2,1e-4,0.0,1.0,4.6\n");
+        let header = OLD_HEADERS[0].0;
+        let old = format!("{header}0,train,3.3,1e-4,0.0,1.0,4.7\n0,val,3.2,1e-4,0.0,1.0,4.6\n");
         std::fs::write(&path, old).unwrap();
         let mut m = Metrics::open(path.clone(), false).unwrap();
         m.write(Metric {
@@ -186,6 +200,7 @@ mod tests {
             lr: 1e-3,
             tokens_per_s: 0.0,
             elapsed_s: 2.0,
+            train_s: 1.5,
             bpc: 2.9,
             grammar: Some((0.5, 0.25)),
         })
@@ -194,10 +209,20 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines[0], METRICS_HEADER.trim_end());
-        assert_eq!(lines[2], "0,val,3.2,1e-4,0.0,1.0,4.6,,");
-        assert!(lines[3].ends_with(",0.5000,0.2500"), "{text}");
+        assert_eq!(lines[2], "0,val,3.2,1e-4,0.0,1.0,4.6,,,");
+        assert!(lines[3].ends_with(",0.5000,0.2500,1.500"), "{text}");
         let read = read_losses(&path);
         assert_eq!(read.evals, [(0, 3.3, 3.2)]);
         assert_eq!(read.grammar, [(10, 0.5, 0.25)]);
+
+        // A file with the grammar columns but not train_s gains one empty column.
+        let header = OLD_HEADERS[1].0;
+        std::fs::write(&path, format!("{header}0,val,3.2,1e-4,0.0,1.0,4.6,,\n")).unwrap();
+        Metrics::open(path.clone(), false).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert_eq!(
+            text,
+            format!("{METRICS_HEADER}0,val,3.2,1e-4,0.0,1.0,4.6,,,\n")
+        );
     }
 }

@@ -4,9 +4,10 @@
 //! RUN/
 //!   config.toml      the resolved config (every key, after --set)
 //!   tokenizer.json   the vocabulary the checkpoints were trained with
-//!   metrics.csv      step,split,loss,lr,tokens_per_s,elapsed_s,...
+//!   metrics.csv      step,split,loss,lr,tokens_per_s,elapsed_s,...,train_s
 //!   loss.png         train and val curves
 //!   sample.txt       the final model's sample
+//!   result.json      steps, compute, training seconds, final and full-val-split losses
 //!   report.html      the run's page: losses, head scores and maps through training, a sample
 //!   last/            newest checkpoint: model.bpk, optim.safetensors, state.json, manifest.json
 //!   best/            checkpoint with the lowest val loss so far
@@ -38,7 +39,7 @@ use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 use crate::config::{ConfigError, RunConfig};
-use crate::optim::{AdamW, AdamWConfig, OptimStateError};
+use crate::optim::{OptimStateError, Optimizer, OptimizerConfig};
 use headlab_data::{Tokenizer, TokenizerError};
 
 /// Progress saved with every checkpoint.
@@ -50,7 +51,44 @@ pub struct TrainState {
     pub best_val_loss: Option<f64>,
     /// Wall time spent training before this checkpoint, in seconds.
     pub elapsed_s: f64,
+    /// Of that, the seconds in training steps: evaluations, checkpoints and observers left
+    /// out (0 in checkpoints from before it was kept).
+    #[serde(default)]
+    pub train_s: f64,
 }
+
+/// `result.json`: what a finished run reached and what it cost, for comparing runs and for
+/// record files (`cargo xtask speedrun`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// Optimiser steps taken.
+    pub steps: usize,
+    /// Training tokens those steps read (`steps * batch_size * block_size * grad_accum`).
+    pub tokens: u64,
+    /// [`GptConfig::flops_per_token`](headlab_model::GptConfig::flops_per_token):
+    /// `6 N + 12 L d T`.
+    pub flops_per_token: f64,
+    /// `flops_per_token * tokens`: the run's model compute.
+    pub compute_flops: f64,
+    /// Seconds in training steps (evaluations, checkpoints and observers left out).
+    pub train_s: f64,
+    /// The last evaluation's val loss, by the estimator below.
+    pub val_loss: f64,
+    /// The last evaluation's train loss.
+    pub train_loss: f64,
+    /// How `val_loss` and `train_loss` were estimated.
+    pub estimator: String,
+    /// The loss of the whole val split in non-overlapping windows of the block size; `None`
+    /// when the split is too short.
+    pub val_full_loss: Option<f64>,
+    /// Tokens `val_full_loss` averages.
+    pub val_full_tokens: usize,
+    /// The window both losses were measured in (`model.block_size`).
+    pub block_size: usize,
+}
+
+/// The file a finished run's [`RunResult`] is written to.
+pub const RESULT_FILE: &str = "result.json";
 
 /// The checksum file of a checkpoint.
 pub const MANIFEST: &str = "manifest.json";
@@ -513,6 +551,12 @@ impl RunDir {
         write_atomic(&self.config_path(), config.to_toml_string()?.as_bytes())
     }
 
+    /// Writes `result.json`, atomically.
+    pub fn write_result(&self, result: &RunResult) -> Result<(), RunError> {
+        let json = serde_json::to_string_pretty(result).expect("result serialises") + "\n";
+        write_atomic(&self.root.join(RESULT_FILE), json.as_bytes())
+    }
+
     /// The saved tokenizer.
     pub fn tokenizer(&self) -> Result<Tokenizer, RunError> {
         Ok(Tokenizer::load(self.tokenizer_path())?)
@@ -523,7 +567,7 @@ impl RunDir {
         &self,
         name: &str,
         model: &Gpt,
-        optim: &AdamW,
+        optim: &Optimizer,
         state: &TrainState,
         trained_on: &TrainedOn,
     ) -> Result<(), RunError> {
@@ -712,11 +756,15 @@ impl RunDir {
     pub fn load_optim(
         &self,
         name: &str,
-        config: AdamWConfig,
+        config: OptimizerConfig,
         device: &Device,
-    ) -> Result<AdamW, RunError> {
+    ) -> Result<Optimizer, RunError> {
         let (dir, _) = self.verify_checkpoint(name)?;
-        Ok(AdamW::load(config, &dir.join("optim.safetensors"), device)?)
+        Ok(Optimizer::load(
+            config,
+            &dir.join("optim.safetensors"),
+            device,
+        )?)
     }
 }
 

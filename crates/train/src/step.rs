@@ -15,8 +15,9 @@ use headlab_model::{Gpt, cross_entropy};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 
+use crate::config::OptimizerKind;
 use crate::config::TrainConfig;
-use crate::optim::{AdamW, AdamWConfig, global_grad_norm};
+use crate::optim::{MuonConfig, Optimizer, OptimizerConfig, global_grad_norm};
 
 /// The gradients of step `it`, before clipping.
 #[derive(Debug)]
@@ -94,13 +95,17 @@ pub fn gradients(
     })
 }
 
-/// AdamW as `[train]` sets it.
-pub fn adamw_config(train: &TrainConfig) -> AdamWConfig {
-    AdamWConfig {
+/// AdamW, and Muon when asked for, as `[train]` sets them.
+pub fn optimizer_config(train: &TrainConfig) -> OptimizerConfig {
+    OptimizerConfig {
         beta1: train.beta1,
         beta2: train.beta2,
         eps: 1e-8,
         weight_decay: train.weight_decay,
+        muon: (train.optimizer == OptimizerKind::Muon).then(|| MuonConfig {
+            lr_ratio: train.muon_lr / train.lr,
+            momentum: train.muon_momentum,
+        }),
     }
 }
 
@@ -121,7 +126,7 @@ pub struct Step {
 /// divergence check); with `sync`, timings wait for the device.
 pub fn take_step<E: From<DataError>>(
     model: Gpt,
-    optim: &mut AdamW,
+    optim: &mut Optimizer,
     data: &Dataset,
     train: &TrainConfig,
     it: usize,
@@ -151,7 +156,13 @@ pub fn take_step<E: From<DataError>>(
 
 /// Clips the gradients' global norm to `grad_clip` (0: no clipping) and takes one AdamW step
 /// at learning rate `lr`.
-pub fn update(model: Gpt, optim: &mut AdamW, step: &StepGradients, lr: f64, grad_clip: f64) -> Gpt {
+pub fn update(
+    model: Gpt,
+    optim: &mut Optimizer,
+    step: &StepGradients,
+    lr: f64,
+    grad_clip: f64,
+) -> Gpt {
     let scale = if grad_clip > 0.0 && step.norm > grad_clip {
         grad_clip / (step.norm + 1e-6)
     } else {

@@ -23,8 +23,8 @@ use crate::config::{ConfigError, RunConfig, TrainConfig, ValidationError};
 use crate::eval::estimate_loss;
 use crate::grammar::{Grammaticality, grammaticality, is_grammar_run, percent};
 use crate::metrics::{Metric, Metrics};
-use crate::optim::AdamW;
-use crate::run::{RunDir, RunError, TrainState, TrainedOn};
+use crate::optim::Optimizer;
+use crate::run::{RunDir, RunError, RunResult, TrainState, TrainedOn};
 use crate::step::take_step;
 use headlab_kernels::memory::KeepFreedPages;
 use headlab_kernels::{BackendError, BackendKind};
@@ -182,6 +182,41 @@ pub struct TrainSummary {
     pub sample: String,
     /// A grammar run's last measured grammaticality.
     pub grammar: Option<Grammaticality>,
+    /// Compute, time and the full val split's loss, as `result.json` records them.
+    pub result: RunResult,
+}
+
+impl RunResult {
+    /// The finished run's numbers: the last evaluation's losses, the compute of every step
+    /// taken, the seconds in steps, and the loss of the whole val split.
+    fn measure(
+        model: &Gpt,
+        data: &Dataset,
+        tc: &TrainConfig,
+        lp: &Loop<'_>,
+        device: &burn::tensor::Device,
+    ) -> Self {
+        let t = model.config.block_size;
+        let tokens = (lp.state.step * tc.batch_size * t * tc.grad_accum) as u64;
+        let full = crate::eval::LossSum::of_split(model, data, Split::Val, device);
+        RunResult {
+            steps: lp.state.step,
+            tokens,
+            flops_per_token: model.config.flops_per_token(),
+            compute_flops: model.config.flops_per_token() * tokens as f64,
+            train_s: lp.state.train_s,
+            val_loss: lp.last_losses.1,
+            train_loss: lp.last_losses.0,
+            estimator: format!(
+                "{} batches of {} random windows of {t} tokens per split, the same windows at \
+                 every evaluation (train.eval_iters, train.batch_size, model.block_size)",
+                tc.eval_iters, tc.batch_size
+            ),
+            val_full_loss: full.map(|f| f.mean()),
+            val_full_tokens: full.map_or(0, |f| f.tokens),
+            block_size: t,
+        }
+    }
 }
 
 /// The dataset of `run` (whose config is `config`), tokenized with its saved tokenizer. A text
@@ -398,7 +433,7 @@ fn train_resolved(
         dataset.tokenizer(),
         &dataset,
         tc.sample_tokens,
-        tc.seed,
+        (tc.seed, tc.sample_temperature),
         options.print_sample,
     );
     let sample_path = run.root.join(crate::run::SAMPLE_FILE);
@@ -406,12 +441,15 @@ fn train_resolved(
         path: sample_path.clone(),
         source,
     })?;
+    let result = RunResult::measure(&model.valid(), &dataset, &tc, &lp, &lp.eval_device);
+    run.write_result(&result)?;
     Ok(TrainSummary {
         run: run.root.clone(),
         train_loss: lp.last_losses.0,
         val_loss: lp.last_losses.1,
         grammar: lp.grammar,
         sample,
+        result,
     })
 }
 
@@ -636,10 +674,10 @@ fn starting_point(
     tc: &TrainConfig,
     device: &Device,
     init: Option<&InitHook>,
-) -> Result<(Gpt, AdamW, TrainState), TrainError> {
+) -> Result<(Gpt, Optimizer, TrainState), TrainError> {
     if resuming {
         let (model, state) = run.load_model("last", gpt, device)?;
-        let optim = run.load_optim("last", crate::step::adamw_config(tc), device)?;
+        let optim = run.load_optim("last", crate::step::optimizer_config(tc), device)?;
         return Ok((model, optim, state));
     }
     device.seed(tc.seed);
@@ -652,8 +690,13 @@ fn starting_point(
         step: 0,
         best_val_loss: None,
         elapsed_s: 0.0,
+        train_s: 0.0,
     };
-    Ok((model, AdamW::new(crate::step::adamw_config(tc)), state))
+    Ok((
+        model,
+        Optimizer::new(crate::step::optimizer_config(tc)),
+        state,
+    ))
 }
 
 /// What the training loop carries from step to step, besides the model.
@@ -663,7 +706,7 @@ struct Loop<'a> {
     dataset: &'a Dataset,
     device: Device,
     eval_device: Device,
-    optim: AdamW,
+    optim: Optimizer,
     state: TrainState,
     /// Recorded in every checkpoint's manifest.
     trained_on: TrainedOn,
@@ -726,6 +769,7 @@ impl Loop<'_> {
                 lr,
                 tokens_per_s: 0.0,
                 elapsed_s: elapsed,
+                train_s: self.state.train_s,
                 grammar: self
                     .grammar
                     .filter(|_| split == Split::Val)
@@ -780,6 +824,7 @@ impl Loop<'_> {
 
     /// Step `it`: the step with a divergence check before its update, then the log line.
     fn step(&mut self, model: Gpt, it: usize) -> Result<Gpt, TrainError> {
+        let started = Instant::now();
         let tc = self.train;
         let (bar, run, saved) = (&self.bar, self.run, self.state.step);
         let observers = &mut self.observers;
@@ -803,6 +848,7 @@ impl Loop<'_> {
             },
         )?;
         let (lr, step) = (step.lr, step.gradients);
+        self.state.train_s += started.elapsed().as_secs_f64();
         let tokens = (tc.batch_size * model.config.block_size * tc.grad_accum) as f64;
         self.window.1 += 1;
         let seconds = self.window.0.elapsed().as_secs_f64().max(1e-9);
@@ -817,6 +863,7 @@ impl Loop<'_> {
                 lr,
                 tokens_per_s,
                 elapsed_s: self.started.elapsed().as_secs_f64(),
+                train_s: self.state.train_s,
             })?;
             self.window = (Instant::now(), 0);
         }
@@ -859,7 +906,7 @@ fn sample_text(
     tokenizer: &Tokenizer,
     data: &Dataset,
     n: usize,
-    seed: u64,
+    (seed, temperature): (u64, f64),
     print: bool,
 ) -> String {
     let prompt = tokenizer
@@ -869,6 +916,7 @@ fn sample_text(
         .unwrap_or_else(|| data.tokens(Split::Val)[..1].to_vec());
     let sampling = Sampling {
         seed,
+        temperature: temperature as f32,
         ..Sampling::default()
     };
     let mut stream = StreamDecoder::new();

@@ -1,0 +1,72 @@
+//! Every shipped config trains exactly as it did before the speedrun's switches: each new
+//! switch defaults to the old behaviour, so a short run of each config must reproduce the
+//! losses, rates and bits per character an older build wrote (tests/fixtures/before, made by
+//! tools/before-fixtures.sh with commit 7092141's binary), to every printed digit.
+
+use std::path::{Path, PathBuf};
+
+use crate::common::{headlab, ok};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// metrics.csv's step, split, loss, lr and bpc columns: what tools/before-fixtures.sh keeps.
+fn kept_columns(metrics: &str) -> String {
+    metrics
+        .lines()
+        .map(|line| {
+            let f: Vec<&str> = line.split(',').collect();
+            format!("{},{},{},{},{}\n", f[0], f[1], f[2], f[3], f[6])
+        })
+        .collect()
+}
+
+#[test]
+fn shipped_configs_train_digit_for_digit_as_before_the_speedrun_switches() {
+    let tmp = tempfile::tempdir().unwrap();
+    let fixtures = repo().join("tests/fixtures/before");
+    let mut names: Vec<String> = std::fs::read_dir(&fixtures)
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .path()
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 7, "{names:?}");
+    for name in names {
+        let config = repo().join("configs").join(format!("{name}.toml"));
+        let out_dir = tmp.path().join(&name);
+        let args = [
+            "train",
+            "--config",
+            config.to_str().unwrap(),
+            "--out",
+            out_dir.to_str().unwrap(),
+            // As tools/before-fixtures.sh sets them.
+            "--set",
+            "train.max_iters=30",
+            "--set",
+            "train.eval_interval=10",
+            "--set",
+            "train.eval_iters=2",
+            "--set",
+            "train.log_interval=5",
+            "--set",
+            "train.sample_tokens=0",
+            "--set",
+            "train.track_heads_every=0",
+            "--set",
+            "train.grammar_sentences=0",
+        ];
+        ok(&headlab(&args, &repo()));
+        let metrics = std::fs::read_to_string(out_dir.join("metrics.csv")).unwrap();
+        let expected = std::fs::read_to_string(fixtures.join(format!("{name}.csv"))).unwrap();
+        assert_eq!(kept_columns(&metrics), expected, "{name}");
+    }
+}

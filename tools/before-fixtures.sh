@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Short runs of every shipped config, kept as tests/fixtures/before/<config>.csv (metrics.csv's
+# step, split, loss, lr and bpc columns): the losses an older headlab trained to, which
+# tests/before.rs holds every later build to, digit for digit, so a new default-off switch
+# cannot move a default run. Made with the binary of commit 7092141 (before the speedrun's
+# switches):
+#
+#   git worktree add /tmp/old 7092141 && (cd /tmp/old && cargo build --release)
+#   tools/before-fixtures.sh /path/to/that/target/release/headlab
+#
+# The overrides below are repeated in tests/before.rs; change both together.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+headlab=${1:?usage: tools/before-fixtures.sh HEADLAB_BINARY}
+out=tests/fixtures/before
+mkdir -p "$out"
+work=$(mktemp -d)
+for config in configs/*.toml; do
+  name=$(basename "$config" .toml)
+  # The speedrun's config is made of the new switches; there is no before for it.
+  [ "$name" != shakespeare-char-speedrun ] || continue
+  "$headlab" train --config "$config" --out "$work/$name" \
+    --set train.max_iters=30 --set train.eval_interval=10 --set train.eval_iters=2 \
+    --set train.log_interval=5 --set train.sample_tokens=0 --set train.track_heads_every=0 \
+    --set train.grammar_sentences=0 >/dev/null 2>&1
+  cut -d, -f1-4,7 "$work/$name/metrics.csv" > "$out/$name.csv"
+  echo "$name: $(wc -l < "$out/$name.csv") rows" >&2
+done
+rm -rf "$work"

@@ -1,0 +1,308 @@
+//! `cargo xtask speedrun`: the speedrun's record check. Trains the config once per seed
+//! (PyTorch's same model after each with --with-torch, interleaved so both see the same
+//! machine state), prints the table row, and writes a record file that names the CPU, the
+//! threads and the commit.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use serde_json::{Value, json};
+
+use crate::{cargo, locked_version, root, run, torch_venv};
+
+/// The speedrun's goal: val loss at most this (median over the seeds) ...
+pub const TARGET_LOSS: f64 = 1.60;
+/// ... within this much model compute (`6 N + 12 L d T` per token) ...
+pub const BUDGET_FLOPS: f64 = 12e12;
+/// ... and this many seconds of training steps.
+pub const BUDGET_S: f64 = 120.0;
+
+/// `cargo xtask speedrun`.
+#[derive(Debug, Args)]
+pub struct SpeedrunArgs {
+    /// The config to train.
+    #[arg(long, default_value = "configs/shakespeare-char-speedrun.toml")]
+    config: PathBuf,
+    /// Seeds, comma-separated; the record is their median.
+    #[arg(long, default_value = "1337,1,2")]
+    seeds: String,
+    /// Config overrides, as `headlab train --set` takes them (an ablation: the config with
+    /// one change removed).
+    #[arg(long)]
+    set: Vec<String>,
+    /// What the row is called in the table (default: the overrides, or "speedrun").
+    #[arg(long)]
+    label: Option<String>,
+    /// Threads for both sides (RAYON_NUM_THREADS, torch.set_num_threads).
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+    /// Also train the same model in PyTorch (bench/reference/speedrun.py) after each seed.
+    #[arg(long)]
+    with_torch: bool,
+    /// Where the record goes.
+    #[arg(long, default_value = "bench/results")]
+    results: PathBuf,
+}
+
+/// One seed's numbers from a run's result.json (or the PyTorch side's JSON).
+#[derive(Debug, Clone)]
+struct Seed {
+    seed: u64,
+    val: f64,
+    val_full: Option<f64>,
+    train_s: f64,
+    flops: f64,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// `median (min-max)` of one column.
+fn spread(seeds: &[Seed], pick: impl Fn(&Seed) -> Option<f64>, digits: usize) -> String {
+    let v: Vec<f64> = seeds.iter().filter_map(pick).collect();
+    if v.is_empty() {
+        return "-".into();
+    }
+    let (lo, hi) = v
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    format!("{:.digits$} ({lo:.digits$}-{hi:.digits$})", median(v))
+}
+
+/// The CPU as /proc/cpuinfo names it, with family and model (a VM often hides the name:
+/// family 25 is Zen 3/4, 26 is Zen 5).
+pub fn cpu() -> String {
+    let info = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let field = |key: &str| {
+        info.lines()
+            .find(|l| l.split(':').next().is_some_and(|k| k.trim() == key))
+            .and_then(|l| l.split_once(':'))
+            .map(|(_, v)| v.trim().to_string())
+    };
+    let name = field("model name").unwrap_or_else(|| "unknown CPU".into());
+    match (field("cpu family"), field("model")) {
+        (Some(f), Some(m)) => format!("{name}, family {f} model {m}"),
+        _ => name,
+    }
+}
+
+fn git(root: &Path, args: &[&str]) -> Option<String> {
+    let out = Command::new("git")
+        .current_dir(root)
+        .args(args)
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// The commit, with `+dirty` when the tree has uncommitted changes to tracked files.
+fn commit(root: &Path) -> String {
+    let head = git(root, &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
+    let dirty = git(root, &["status", "--porcelain", "--untracked-files=no"])
+        .is_some_and(|s| !s.is_empty());
+    if dirty { format!("{head}+dirty") } else { head }
+}
+
+fn read_json(path: &Path) -> Result<Value> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+fn headlab_seed(root: &Path, args: &SpeedrunArgs, seed: u64, dir: &Path) -> Result<Seed> {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"));
+    let mut cmd = Command::new(target.join("release/headlab"));
+    cmd.current_dir(root)
+        .env("RAYON_NUM_THREADS", args.threads.to_string())
+        .args(["train", "--force", "--seed", &seed.to_string(), "--config"])
+        .arg(&args.config)
+        .arg("--out")
+        .arg(dir);
+    for set in &args.set {
+        cmd.arg("--set").arg(set);
+    }
+    run(&mut cmd)?;
+    let r = read_json(&dir.join("result.json"))?;
+    Ok(Seed {
+        seed,
+        val: r["val_loss"].as_f64().context("result.json: val_loss")?,
+        val_full: r["val_full_loss"].as_f64(),
+        train_s: r["train_s"].as_f64().context("result.json: train_s")?,
+        flops: r["compute_flops"]
+            .as_f64()
+            .context("result.json: compute_flops")?,
+    })
+}
+
+fn torch_seed(
+    root: &Path,
+    args: &SpeedrunArgs,
+    python: &Path,
+    seed: u64,
+    out: &Path,
+) -> Result<(Seed, Value)> {
+    if !args.set.is_empty() {
+        bail!("--with-torch trains the config as written; leave out --set");
+    }
+    run(Command::new(python)
+        .current_dir(root)
+        .arg("bench/reference/speedrun.py")
+        .arg("--config")
+        .arg(&args.config)
+        .args([
+            "--seed",
+            &seed.to_string(),
+            "--threads",
+            &args.threads.to_string(),
+        ])
+        .arg("--out")
+        .arg(out))?;
+    let r = read_json(out)?;
+    let seed = Seed {
+        seed,
+        val: r["val_loss"].as_f64().context("torch: val_loss")?,
+        val_full: r["val_full_loss"].as_f64(),
+        train_s: r["train_s"].as_f64().context("torch: train_s")?,
+        flops: f64::NAN,
+    };
+    Ok((seed, r))
+}
+
+/// Trains every seed (and PyTorch's side), prints the row, writes the record.
+pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
+    let root = root();
+    let seeds: Vec<u64> = args
+        .seeds
+        .split(',')
+        .map(|s| {
+            s.trim()
+                .parse()
+                .with_context(|| format!("--seeds: {s:?} is not a seed"))
+        })
+        .collect::<Result<_>>()?;
+    run(cargo()
+        .current_dir(&root)
+        .args(["build", "--release", "-p", "headlab"]))?;
+    let python = args.with_torch.then(torch_venv).transpose()?;
+    let scratch = std::env::temp_dir().join(format!("headlab-speedrun-{}", std::process::id()));
+    std::fs::create_dir_all(&scratch)?;
+    let (mut ours, mut theirs, mut torch_json) = (Vec::new(), Vec::new(), Vec::new());
+    for &seed in &seeds {
+        eprintln!("xtask speedrun: seed {seed}: headlab");
+        ours.push(headlab_seed(
+            &root,
+            &args,
+            seed,
+            &scratch.join(format!("seed-{seed}")),
+        )?);
+        if let Some(python) = &python {
+            eprintln!("xtask speedrun: seed {seed}: PyTorch");
+            let out = scratch.join(format!("torch-{seed}.json"));
+            let (s, json) = torch_seed(&root, &args, python, seed, &out)?;
+            theirs.push(s);
+            torch_json.push(json);
+        }
+    }
+    let label = args.label.clone().unwrap_or_else(|| {
+        if args.set.is_empty() {
+            "speedrun".into()
+        } else {
+            args.set.join(", ")
+        }
+    });
+    let val = median(ours.iter().map(|s| s.val).collect());
+    let flops = ours.iter().map(|s| s.flops).fold(0.0, f64::max);
+    let train_s = median(ours.iter().map(|s| s.train_s).collect());
+    let holds = val <= TARGET_LOSS && flops <= BUDGET_FLOPS && train_s <= BUDGET_S;
+    let date = Command::new("date")
+        .arg("+%F")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())?;
+    let commit = commit(&root);
+    let cpu = cpu();
+    let row = |name: &str, s: &[Seed]| {
+        format!(
+            "| {name} | {} | {} | {} | {} |",
+            spread(s, |x| Some(x.val), 4),
+            spread(s, |x| x.val_full, 4),
+            spread(s, |x| Some(x.train_s), 1),
+            spread(s, |x| x.flops.is_finite().then_some(x.flops / 1e12), 2),
+        )
+    };
+    let header = "| run | val loss, median (range) | whole val split | training s | TFLOP |\n|---|---|---|---|---|";
+    let mut table = format!("{header}\n{}", row(&format!("headlab: {label}"), &ours));
+    if !theirs.is_empty() {
+        let mode = torch_json[0]["mode"].as_str().unwrap_or("?");
+        let version = torch_json[0]["torch"].as_str().unwrap_or("?");
+        table += &format!(
+            "\n{}",
+            row(&format!("PyTorch {version} ({mode}): {label}"), &theirs)
+        );
+    }
+    println!("{table}");
+    let verdict = format!(
+        "median val {val:.4} (goal <= {TARGET_LOSS}), {:.2} TFLOP (<= {:.0}), {train_s:.1} s of \
+         training (<= {BUDGET_S:.0}): {}",
+        flops / 1e12,
+        BUDGET_FLOPS / 1e12,
+        if holds { "holds" } else { "does not hold" }
+    );
+    println!("{verdict}");
+
+    let host = Command::new("hostname")
+        .arg("-s")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "host".into());
+    let dir = root.join(&args.results);
+    std::fs::create_dir_all(&dir)?;
+    let stem = format!("{date}-{host}-speedrun");
+    let mut path = dir.join(format!("{stem}.md"));
+    for i in 2..100 {
+        if !path.exists() {
+            break;
+        }
+        path = dir.join(format!("{stem}-{i}.md"));
+    }
+    let per_seed: Vec<Value> = ours
+        .iter()
+        .map(|s| json!({"seed": s.seed, "val_loss": s.val, "val_full_loss": s.val_full, "train_s": s.train_s, "compute_flops": s.flops}))
+        .collect();
+    let record = json!({
+        "date": date, "cpu": cpu, "threads": args.threads, "commit": commit,
+        "burn": locked_version(&root, "burn"), "config": args.config, "set": args.set,
+        "label": label, "seeds": per_seed, "median_val_loss": val, "max_compute_flops": flops,
+        "median_train_s": train_s, "holds": holds, "torch": torch_json,
+    });
+    let typed: Vec<String> = std::env::args().skip(1).collect();
+    let text = format!(
+        "# Speedrun record: {label}\n\nMade by `cargo xtask {}` on {date}: {cpu}, {} threads, \
+         commit {commit}, Burn {}. Seeds {}; losses by the recipe's estimator (result.json's \
+         `estimator`), the whole val split in non-overlapping windows of the block size.\n\n\
+         {table}\n\n{verdict}\n\n```json\n{}\n```\n",
+        typed.join(" "),
+        args.threads,
+        locked_version(&root, "burn").unwrap_or_default(),
+        args.seeds,
+        serde_json::to_string_pretty(&record)?
+    );
+    std::fs::write(&path, text)?;
+    println!("wrote {}", path.display());
+    std::fs::remove_dir_all(&scratch).ok();
+    Ok(())
+}
