@@ -300,3 +300,70 @@ fn an_older_run_gets_a_page_that_says_what_it_lacks() {
     // No maps: no token strip to hover.
     assert_eq!(seen["n_tokens"], 0, "{seen}");
 }
+
+/// `headlab report RUN --beside OTHER`: OTHER's model sampled as RUN's sample was (prompt,
+/// tokens, temperature, seed) is what `headlab sample` prints for OTHER with those settings,
+/// and the page shows it beside RUN's own.
+#[test]
+fn a_sample_beside_another_runs_is_that_runs_sample_with_the_same_settings() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let run = tracked_run(dir, &"a small text to learn from.\n".repeat(300));
+    std::fs::write(
+        dir.join("other.txt"),
+        "another text, other words.\n".repeat(300),
+    )
+    .unwrap();
+    let mut args = vec!["train", "--out", "other"];
+    args.extend_from_slice(TINY_MODEL);
+    for set in [
+        "train.max_iters=60",
+        "train.eval_interval=60",
+        "train.eval_iters=2",
+        "data.path=other.txt",
+    ] {
+        args.extend(["--set", set]);
+    }
+    ok(&headlab(&args, dir));
+    ok(&headlab(&["report", "run", "--beside", "other"], dir));
+    let beside: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("beside.json")).unwrap()).unwrap();
+    // tracked_run samples 40 tokens at temperature 1 with seed 1337, after a newline.
+    let expected = ok(&headlab(
+        &[
+            "sample",
+            "other",
+            "--max-new-tokens",
+            "40",
+            "--temperature",
+            "1",
+            "--seed",
+            "1337",
+        ],
+        dir,
+    ));
+    assert_eq!(
+        format!("\n{}\n", beside["sample"].as_str().unwrap()),
+        expected
+    );
+    assert_eq!(beside["tokens"], 40);
+    assert_eq!(beside["temperature"], 1.0);
+
+    // Beside a run that does not exist: one line naming it, exit 2, the page left as it was.
+    let page = std::fs::read(run.join("report.html")).unwrap();
+    let out = headlab(&["report", "run", "--beside", "missing"], dir);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing"));
+    assert_eq!(std::fs::read(run.join("report.html")).unwrap(), page);
+
+    let Some(browser) = chromium() else { return };
+    let seen = drive(&browser, &run.join("report.html"), dir);
+    assert_eq!(seen["beside"]["visible"], true, "{seen}");
+    assert_eq!(seen["beside"]["title"], "other", "{seen}");
+    assert_eq!(seen["beside"]["text"], beside["sample"], "{seen}");
+    let info = seen["beside"]["info"].as_str().unwrap();
+    assert!(
+        info.contains("temperature 1") && info.contains("seed 1337"),
+        "{info}"
+    );
+}

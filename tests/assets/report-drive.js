@@ -73,6 +73,13 @@
       info: (document.getElementById('patch-info') || {}).textContent
     };
     out.sample = (document.getElementById('sample') || {}).textContent;
+    var bc = document.getElementById('beside-column');
+    out.beside = {
+      visible: !!(bc && !bc.hidden),
+      title: (document.getElementById('beside-title') || {}).textContent,
+      text: (document.getElementById('beside') || {}).textContent,
+      info: (document.getElementById('sample-info') || {}).textContent
+    };
     out.config_tail = ((document.getElementById('config') || {}).textContent || '').slice(-200);
   } catch (e) {
     out.exception = String(e && e.stack || e);
