@@ -41,6 +41,10 @@ pub struct SpeedrunArgs {
     /// Also train the same model in PyTorch (bench/reference/speedrun.py) after each seed.
     #[arg(long)]
     with_torch: bool,
+    /// PyTorch's side as `torch.compile` of model and loss (its compilation counted in its
+    /// training seconds, as a user waits for it), not eager.
+    #[arg(long, requires = "with_torch")]
+    torch_compile: bool,
     /// Where the record goes.
     #[arg(long, default_value = "bench/results")]
     results: PathBuf,
@@ -289,7 +293,11 @@ pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
         "label": label, "seeds": per_seed, "median_val_loss": val, "max_compute_flops": flops,
         "median_train_s": train_s, "holds": holds, "torch": torch_json,
     });
-    let typed: Vec<String> = std::env::args().skip(1).collect();
+    // The command as typed, an argument with a space quoted.
+    let typed: Vec<String> = std::env::args()
+        .skip(1)
+        .map(|a| if a.contains(' ') { format!("{a:?}") } else { a })
+        .collect();
     let text = format!(
         "# Speedrun record: {label}\n\nMade by `cargo xtask {}` on {date}: {cpu}, {} threads, \
          commit {commit}, Burn {}. Seeds {}; losses by the recipe's estimator (result.json's \
