@@ -314,3 +314,33 @@ pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
     std::fs::remove_dir_all(&scratch).ok();
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seed(val: f64, val_full: Option<f64>) -> Seed {
+        Seed {
+            seed: 0,
+            val,
+            val_full,
+            train_s: 1.0,
+            flops: f64::NAN,
+        }
+    }
+
+    #[test]
+    fn the_row_is_median_and_range_and_a_dash_without_values() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), 2.5);
+        let seeds = [
+            seed(1.5634, None),
+            seed(1.5249, Some(1.5)),
+            seed(1.5510, None),
+        ];
+        assert_eq!(spread(&seeds, |s| Some(s.val), 4), "1.5510 (1.5249-1.5634)");
+        assert_eq!(spread(&seeds, |s| s.val_full, 2), "1.50 (1.50-1.50)");
+        let none = |s: &Seed| s.flops.is_finite().then_some(s.flops);
+        assert_eq!(spread(&seeds, none, 2), "-");
+    }
+}
