@@ -172,6 +172,7 @@ fn torch_seed(
             "--threads",
             &args.threads.to_string(),
         ])
+        .args(args.torch_compile.then_some("--compile"))
         .arg("--out")
         .arg(out))?;
     let r = read_json(out)?;
