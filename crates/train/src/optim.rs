@@ -588,9 +588,11 @@ mod muon_tests {
             let wide = if tall { transpose(&g) } else { g.clone() };
             let (u, s, v) = svd(&wide);
             let frobenius = s.iter().map(|x| x * x).sum::<f64>().sqrt();
-            let (a, b, c) = NEWTON_SCHULZ_COEFFICIENTS;
+            // The Muon write-up's quintic and step count, written out here, not read from
+            // the code under test.
+            let (a, b, c) = (3.4445, -4.7750, 2.0315);
             let f = |mut x: f64| {
-                for _ in 0..NEWTON_SCHULZ_STEPS {
+                for _ in 0..5 {
                     x = a * x + b * x.powi(3) + c * x.powi(5);
                 }
                 x
@@ -626,7 +628,7 @@ mod muon_tests {
         head: Linear,
     }
 
-    /// Two Muon steps on a block matrix against the update written out in f64 (momentum,
+    /// Three Muon steps on a block matrix against the update written out in f64 (momentum,
     /// Nesterov, the quintic on the singular values, the shape scale); the head beside it
     /// stays AdamW's.
     #[test]
@@ -656,8 +658,10 @@ mod muon_tests {
         };
         let mut optim = Optimizer::new(config);
         let (lr, scale) = (0.01, 0.5);
-        // loss = sum((X W) * M) for fixed X [3, d_in] and M [3, d_out]: dW = X^T M, of full
-        // rank (a rank-1 gradient has zero singular values the SVD cannot divide by).
+        // loss = sum((X W)^2 * M) / 2 for fixed X [3, d_in] and M [3, d_out]: dW = X^T (M * X W),
+        // of full rank (a rank-1 gradient has zero singular values the SVD cannot divide by),
+        // and changing with W, so the momentum buffer is not a multiple of the gradient (which
+        // the scale-free orthogonalisation could not tell from no momentum at all).
         let xs = [[0.5f64, -1.0, 2.0], [1.5, 0.25, -0.5], [-1.0, 2.0, 1.0]];
         let ms = [
             [1.0f64, -2.0, 0.5, 0.0, 3.0],
@@ -668,7 +672,7 @@ mod muon_tests {
             .map(|i| (0..d_out).map(|j| w0[i * d_out + j] as f64).collect())
             .collect();
         let mut buf = vec![vec![0.0; d_out]; d_in];
-        for _ in 0..2 {
+        for _ in 0..3 {
             let xt = Tensor::<2>::from_data(
                 TensorData::new(xs.iter().flatten().map(|&v| v as f32).collect(), [3, d_in]),
                 &device,
@@ -678,14 +682,23 @@ mod muon_tests {
                 &device,
             );
             let hidden = model.blocks[0].forward(xt);
-            let loss = hidden.clone().mul(mt).sum() + model.head.forward(hidden).sum() * 0.0;
+            let loss = hidden.clone().square().mul(mt).sum().mul_scalar(0.5)
+                + model.head.forward(hidden).sum() * 0.0;
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optim.step(model, &grads, lr, scale);
 
+            // H = X W with W before this step's update.
+            let h: Vec<Vec<f64>> = (0..3)
+                .map(|r| {
+                    (0..d_out)
+                        .map(|j| (0..d_in).map(|i| xs[r][i] * w[i][j]).sum())
+                        .collect()
+                })
+                .collect();
             let g: Matrix = (0..d_in)
                 .map(|i| {
                     (0..d_out)
-                        .map(|j| scale * (0..3).map(|r| xs[r][i] * ms[r][j]).sum::<f64>())
+                        .map(|j| scale * (0..3).map(|r| xs[r][i] * ms[r][j] * h[r][j]).sum::<f64>())
                         .collect()
                 })
                 .collect();
@@ -699,9 +712,9 @@ mod muon_tests {
             // Burn's [d_in, d_out] is wide here: the SVD of it directly.
             let (u, s, v) = svd(&nesterov);
             let frobenius = s.iter().map(|x| x * x).sum::<f64>().sqrt();
-            let (a, b, cc) = NEWTON_SCHULZ_COEFFICIENTS;
+            let (a, b, cc) = (3.4445, -4.7750, 2.0315);
             let f = |mut x: f64| {
-                for _ in 0..NEWTON_SCHULZ_STEPS {
+                for _ in 0..5 {
                     x = a * x + b * x.powi(3) + cc * x.powi(5);
                 }
                 x
@@ -731,10 +744,10 @@ mod muon_tests {
                 assert!((g - e).abs() < 1e-5, "W[{i}][{j}]: {g} vs {e}");
             }
         }
-        // The head had a zero gradient: AdamW only decayed it, twice.
+        // The head had a zero gradient: AdamW only decayed it, three times.
         let head = to_host::<f32, _>(model.head.weight.val());
         for (h, h0) in head.iter().zip(&head0) {
-            let e = *h0 as f64 * (1.0 - lr * 0.1).powi(2);
+            let e = *h0 as f64 * (1.0 - lr * 0.1).powi(3);
             assert!((*h as f64 - e).abs() < 1e-6, "head {h} vs {e}");
         }
         assert!(is_muon_param("blocks.3.mlp.c_fc.weight", 2));
