@@ -420,3 +420,369 @@ fn a_wgpu_run_names_its_adapter() {
         );
     }
 }
+
+/// stderr of a command that must succeed.
+fn stderr_of(dir: &Path, args: &[&str]) -> String {
+    let out = headlab(args, dir);
+    ok(&out);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Issue 41: what trains but not as meant is said once, naming the key and a fix that works.
+/// A warm-up as long as the run is warned about (the rate it ends at is lr * 10 / 5001: the
+/// ramp is lr (it + 1) / (warmup + 1)); a resume that extends the run names train.max_iters
+/// as what moved the cosine, and the `--set` it offers keeps the rate where it was; a resume
+/// with another batch size names train.batch_size.
+#[test]
+fn what_trains_but_not_as_meant_names_the_key_and_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mut args = vec!["train", "--out", "w"];
+    args.extend_from_slice(&TINY);
+    args.extend([
+        "--set",
+        "train.max_iters=10",
+        "--set",
+        "train.eval_interval=10",
+        "--set",
+        "train.warmup_iters=5000",
+    ]);
+    let stderr = stderr_of(d, &args);
+    let warning = format!(
+        "warning: train.warmup_iters = 5000 is not shorter than the run (train.max_iters = 10): \
+         the rate climbs towards train.lr = 0.004 but ends at {:.2e}, never reaching it; set \
+         train.warmup_iters below 10",
+        4e-3 * 10.0 / 5001.0
+    );
+    assert!(stderr.contains(&warning), "{stderr}");
+    assert_eq!(stderr.matches("warning:").count(), 1, "{stderr}");
+
+    // A run of 10 steps with the cosine ending at max_iters, stopped there and extended.
+    train(
+        d,
+        "r",
+        &[
+            "--set",
+            "train.max_iters=10",
+            "--set",
+            "train.eval_interval=10",
+        ],
+    );
+    let copy = |to: &str| {
+        let out = std::process::Command::new("cp")
+            .args(["-r", "r", to])
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    };
+    copy("fixed");
+    copy("batch");
+    // A run whose cosine ends at step 100: at step 10 only a new train.lr moves the rate,
+    // and the line says so without blaming, or offering, train.lr_decay_iters.
+    train(
+        d,
+        "lr",
+        &[
+            "--set",
+            "train.max_iters=10",
+            "--set",
+            "train.eval_interval=10",
+            "--set",
+            "train.lr_decay_iters=100",
+        ],
+    );
+    let stderr = stderr_of(
+        d,
+        &[
+            "train",
+            "--resume",
+            "lr",
+            "--set",
+            "train.max_iters=12",
+            "--set",
+            "train.lr=2e-3",
+        ],
+    );
+    assert!(
+        stderr.contains("note: resuming at step 10, the learning rate is"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(": train.lr is 0.002 (was 0.004)\n"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("lr_decay_iters"), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    let stderr = stderr_of(
+        d,
+        &["train", "--resume", "r", "--set", "train.max_iters=12"],
+    );
+    let moved = "the cosine decay follows train.max_iters, so it now ends at step 12 instead of \
+                 10; to keep the old decay add --set train.lr_decay_iters=10";
+    assert!(stderr.contains("warning: resuming at step 10"), "{stderr}");
+    assert!(stderr.contains(moved), "{stderr}");
+    let stderr = stderr_of(
+        d,
+        &[
+            "train",
+            "--resume",
+            "fixed",
+            "--set",
+            "train.max_iters=12",
+            "--set",
+            "train.lr_decay_iters=10",
+        ],
+    );
+    assert!(!stderr.contains("learning rate"), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    let stderr = stderr_of(
+        d,
+        &[
+            "train",
+            "--resume",
+            "batch",
+            "--set",
+            "train.max_iters=12",
+            "--set",
+            "train.lr_decay_iters=10",
+            "--set",
+            "train.batch_size=4",
+        ],
+    );
+    assert!(
+        stderr.contains("warning: train.batch_size is 4 (was 8) from step 10 on"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("warning:").count(), 1, "{stderr}");
+}
+
+/// `headlab --help` lists every lab `headlab lab --help` offers, and every time a help text
+/// quotes names the CPU it was measured on (issue 41: "about 45 s on 2 CPU cores").
+#[test]
+fn help_lists_every_lab_and_every_quoted_time_names_its_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let help = |args: &[&str]| ok(&headlab(args, dir.path()));
+    let top = help(&["--help"]);
+    let labs = help(&["lab", "--help"]);
+    // The subcommands under "Commands:", but help itself.
+    let names: Vec<String> = labs
+        .split("Commands:")
+        .nth(1)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|n| n != "help")
+        .collect();
+    assert_eq!(names.len(), 4, "{labs}");
+    let lab_line = top
+        .lines()
+        .find(|l| l.trim_start().starts_with("lab "))
+        .unwrap();
+    for name in &names {
+        assert!(lab_line.contains(name.as_str()), "{name}: {lab_line}");
+    }
+    let mut texts = vec![top, help(&["train", "--help"])];
+    for name in &names {
+        texts.push(help(&["lab", name, "--help"]));
+    }
+    let mut times = 0;
+    for text in &texts {
+        // Sentences (help wraps lines: join them first).
+        let joined = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        for sentence in joined.split(". ") {
+            let words: Vec<&str> = sentence.split(' ').collect();
+            let quotes_time = words.windows(2).any(|w| {
+                w[0].trim_start_matches('(')
+                    .split('-')
+                    .all(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+                    && ["s", "s)", "s;", "s,", "minutes"].contains(&w[1])
+            });
+            if quotes_time {
+                times += 1;
+                assert!(sentence.contains("AMD EPYC"), "no CPU named: {sentence}");
+            }
+        }
+    }
+    assert!(times >= 5, "{times} times found");
+}
+
+/// An imported model's dropout is said on import, with what headlab does with it.
+#[test]
+fn import_says_what_the_models_dropout_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let hf = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/hf-gpt2-tiny");
+    let stderr = stderr_of(d, &["import", "hf", hf.to_str().unwrap(), "--out", "zero"]);
+    assert!(!stderr.contains("dropout"), "{stderr}");
+    std::fs::create_dir(d.join("drop")).unwrap();
+    for f in ["model.safetensors", "tokenizer.json"] {
+        std::fs::copy(hf.join(f), d.join("drop").join(f)).unwrap();
+    }
+    let config = std::fs::read_to_string(hf.join("config.json")).unwrap();
+    let config = config.replace("\"resid_pdrop\": 0.0", "\"resid_pdrop\": 0.1");
+    std::fs::write(d.join("drop/config.json"), config).unwrap();
+    let stderr = stderr_of(d, &["import", "hf", "drop", "--out", "imp"]);
+    assert!(
+        stderr.contains("note: the model's dropout is 0.1 (model.dropout in imp/config.toml)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("only while fine-tuning") && stderr.contains("--set model.dropout=0"),
+        "{stderr}"
+    );
+    let saved = std::fs::read_to_string(d.join("imp/config.toml")).unwrap();
+    assert!(saved.contains("dropout = 0.1"), "{saved}");
+    // --force replaces a run, and an export, in place.
+    let again = [
+        "import",
+        "hf",
+        hf.to_str().unwrap(),
+        "--out",
+        "imp",
+        "--force",
+    ];
+    stderr_of(d, &again);
+    let saved = std::fs::read_to_string(d.join("imp/config.toml")).unwrap();
+    assert!(!saved.contains("dropout = 0.1"), "{saved}");
+    let export = ["export", "hf", "imp", "--out", "hf"];
+    stderr_of(d, &export);
+    assert_eq!(headlab(&export, d).status.code(), Some(2));
+    let forced = ["export", "hf", "imp", "--out", "hf", "--force"];
+    stderr_of(d, &forced);
+    assert!(d.join("hf/model.safetensors").is_file());
+}
+
+/// `headlab patch` on a small trained model (the char export in tests/fixtures, imported):
+/// positions are labelled with the clean prompt's tokens, and the corrupted one's where they
+/// differ; a warning is printed exactly when the two metrics are under 1 nat apart, as read
+/// from the printed metric line. The README's old example ("the dog sees" / "the dogs see",
+/// the log-probability of " ") is such a pair; "spy" against "spi" (of "spies"), scored by
+/// "." against "e", is not (4.3 nats apart on this small model).
+#[test]
+fn patch_labels_clean_tokens_and_warns_when_the_prompts_barely_differ() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let export = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports/char");
+    ok(&headlab(
+        &["import", "hf", export.to_str().unwrap(), "--out", "imp"],
+        d,
+    ));
+    let patch = |clean: &str, corrupted: &str, answer: &[&str], out: &str| {
+        let mut args = vec!["patch", "imp", "--clean", clean, "--corrupted", corrupted];
+        args.extend_from_slice(answer);
+        args.extend(["--out", out]);
+        let output = headlab(&args, d);
+        let stdout = ok(&output);
+        let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        // "metric: clean X, corrupted Y"
+        let line = stdout.lines().next().unwrap();
+        let numbers: Vec<f64> = line
+            .split([' ', ','])
+            .filter_map(|w| w.parse().ok())
+            .collect();
+        let gap = (numbers[0] - numbers[1]).abs();
+        (gap, stdout, stderr)
+    };
+    let (gap, _, stderr) = patch("the dog sees", "the dogs see", &["--answer", " "], "near");
+    assert!(
+        gap < 1.0,
+        "the old example is no longer a close pair: {gap}"
+    );
+    assert_eq!(stderr.matches("warning:").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("under 1 nat: the prompts barely disagree about the answer"),
+        "{stderr}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("near/patch.json")).unwrap()).unwrap();
+    assert!(
+        json["warning"].as_str().unwrap().contains("under 1 nat"),
+        "{json}"
+    );
+
+    let (clean, corrupted) = ("the dog sees the spy", "the dog sees the spi");
+    let (gap, stdout, stderr) = patch(clean, corrupted, &["--answer", ".", "--versus", "e"], "far");
+    assert!(gap >= 1.0, "{gap}: {stdout}");
+    assert!(!stderr.contains("warning"), "{stderr}");
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("far/patch.json")).unwrap()).unwrap();
+    assert!(json["warning"].is_null(), "{json}");
+    // Column labels: the clean token, "y/i" where the prompts differ (position 19). A space
+    // is drawn visibly, whichever mark the tokenizer uses, so letters are compared.
+    let labels: Vec<&str> = json["sweeps"][0]["column_labels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert_eq!(labels.len(), clean.len());
+    for (i, (a, b)) in clean.chars().zip(corrupted.chars()).enumerate() {
+        if a != b {
+            assert_eq!(labels[i], format!("{a}/{b}"));
+        } else if a != ' ' {
+            assert_eq!(labels[i], a.to_string());
+        } else {
+            assert!(!labels[i].contains('/'), "{labels:?}");
+        }
+    }
+    assert_eq!(labels[19], "y/i");
+    let csv = std::fs::read_to_string(d.join("far/patch.csv")).unwrap();
+    assert!(
+        csv.starts_with("site,layer,position_or_head,token,corrupted_token,metric,restored\n"),
+        "{csv}"
+    );
+    assert!(csv.contains("\nresid_pre,0,19,\"y\",\"i\","), "{csv}");
+    assert!(csv.contains("\nresid_pre,0,4,\"d\",\"d\","), "{csv}");
+}
+
+#[test]
+fn the_end_of_run_loss_reads_at_most_train_final_eval_tokens() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let result = |name: &str| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join(name).join("result.json")).unwrap())
+            .unwrap()
+    };
+    let run = |name: &str, extra: &[&str]| {
+        let mut args = vec!["train", "--out", name];
+        args.extend_from_slice(&TINY);
+        args.extend_from_slice(&["--set", "train.max_iters=4"]);
+        args.extend_from_slice(extra);
+        let out = headlab(&args, dir);
+        ok(&out);
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // By default all of the val split: every token but the first is predicted.
+    let whole = run("whole", &[]);
+    let r = result("whole");
+    let split = r["val_split_tokens"].as_u64().unwrap();
+    assert!(split > 1000, "{r}");
+    assert_eq!(r["val_full_tokens"].as_u64(), Some(split - 1));
+    assert!(
+        whole.contains(&format!(
+            "the whole val split ({} tokens, windows of 16): ",
+            split - 1
+        )),
+        "{whole}"
+    );
+
+    // 100 tokens: six windows of 16 and one of 4.
+    let capped = run("capped", &["--set", "train.final_eval_tokens=100"]);
+    let r = result("capped");
+    assert_eq!(r["val_full_tokens"].as_u64(), Some(100));
+    assert!(
+        capped.contains(&format!(
+            "the val split's first 100 of {split} tokens (train.final_eval_tokens, windows \
+                 of 16): "
+        )),
+        "{capped}"
+    );
+    assert_ne!(r["val_full_loss"], result("whole")["val_full_loss"]);
+
+    let skipped = run("skipped", &["--set", "train.final_eval_tokens=0"]);
+    assert!(result("skipped")["val_full_loss"].is_null());
+    assert!(!skipped.contains("measuring the loss over"), "{skipped}");
+}

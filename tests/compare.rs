@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
-use crate::common::{headlab_env, ok, tiny};
+use crate::common::{chromium, headlab_env, ok, render_at, tiny};
 
 /// The tests' tiny model (tests/common) with this file's schedule and data.
 static TINY: LazyLock<Vec<&str>> = LazyLock::new(|| {
@@ -106,6 +106,7 @@ fn backends_start_identical_agree_within_tolerance_and_match_train() {
     for file in ["compare.md", "compare.png", "init.safetensors"] {
         assert!(dir.join("cmp").join(file).is_file(), "{file}");
     }
+    the_page_shows_the_comparison(&dir.join("cmp"), &report);
 
     // Independently, `headlab train` on the same config takes the same steps on flex: same
     // initial weights, same batches, same updates, so the same losses (metrics.csv keeps 6
@@ -135,6 +136,67 @@ fn backends_start_identical_agree_within_tolerance_and_match_train() {
     for (s, (a, b)) in trained.iter().zip(&losses[0]).enumerate() {
         assert!((a - b).abs() < 2e-6, "step {s}: train {a}, compare {b}");
     }
+}
+
+/// `compare.html` beside the other files: per backend its verdict and its phase times, both
+/// pictures inline, the f64 truth's table; in Chromium at 1400 pixels it loads without a
+/// console message, both pictures decode and nothing runs past the window.
+fn the_page_shows_the_comparison(out: &Path, report: &serde_json::Value) {
+    let page = std::fs::read_to_string(out.join("compare.html")).unwrap();
+    let ran: Vec<&serde_json::Value> = report["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|b| b["available"] == true)
+        .collect();
+    for b in &ran {
+        let name = b["backend"].as_str().unwrap();
+        // Its verdict, then its forward time in the phase table.
+        let verdict = format!("{name}</td><td class=\"txt good\">agrees</td>");
+        assert!(page.contains(&verdict), "{verdict} not in {page}");
+        let phases = format!("{name}</td><td>{:.1}</td>", f(&b["forward_ms"]));
+        assert!(page.contains(&phases), "{phases} not in {page}");
+    }
+    assert_eq!(page.matches("<img src=\"data:image/png;base64,").count(), 2);
+    assert!(
+        page.contains("Against the f64 truth") && page.contains("<td class=\"txt\">logits</td>")
+    );
+
+    let Some(browser) = chromium() else { return };
+    let (_, log) = render_at(
+        &browser,
+        &out.join("compare.html"),
+        &out.join("chrome"),
+        None,
+    );
+    let console: Vec<&str> = log.lines().filter(|l| l.contains("CONSOLE")).collect();
+    assert!(console.is_empty(), "console output: {console:?}");
+    // The page runs no script (its policy forbids it); a copy without the policy, with one.
+    let probe = "<script>addEventListener('load', () => { const d = document.documentElement; \
+        document.body.dataset.test = JSON.stringify({ width: d.clientWidth, overflow: \
+        d.scrollWidth - d.clientWidth, images: [...document.images].map(i => i.naturalWidth), \
+        tables: document.querySelectorAll('table').length }); });</script></body>";
+    let open = page
+        .lines()
+        .filter(|l| !l.contains("Content-Security-Policy"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replacen("</body>", probe, 1);
+    let copy = out.join("driven.html");
+    std::fs::write(&copy, open).unwrap();
+    let (dom, _) = render_at(&browser, &copy, &out.join("chrome2"), Some((1400, 1000)));
+    let attr = dom
+        .split("data-test=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("the probe did not run:\n{dom}"))
+        .replace("&quot;", "\"");
+    let seen: serde_json::Value = serde_json::from_str(&attr).unwrap();
+    assert_eq!(seen["overflow"], 0, "{seen}");
+    assert_eq!(seen["tables"], 3, "{seen}");
+    let images = seen["images"].as_array().unwrap();
+    assert_eq!(images.len(), 2, "{seen}");
+    assert!(images.iter().all(|w| f(w) >= 900.0), "{seen}");
 }
 
 #[test]

@@ -42,7 +42,8 @@ fn command(args: &[&str], cwd: &Path) -> Command {
     cmd.args(args)
         .current_dir(cwd)
         .env("XDG_RUNTIME_DIR", cwd)
-        .env_remove("HEADLAB_TEST_PAUSE");
+        .env_remove("HEADLAB_TEST_PAUSE")
+        .env_remove("HEADLAB_TEST_STOP_AT");
     cmd
 }
 
@@ -92,10 +93,18 @@ struct Running {
 
 impl Running {
     fn spawn(args: &[&str], cwd: &Path, pause: Option<&str>) -> Self {
-        let mut cmd = command(args, cwd);
-        if let Some(pause) = pause {
-            cmd.env("HEADLAB_TEST_PAUSE", pause);
+        match pause {
+            Some(pause) => Self::spawn_env(args, cwd, &[("HEADLAB_TEST_PAUSE", pause)]),
+            None => Self::spawn_env(args, cwd, &[]),
         }
+    }
+
+    /// [`Running::spawn`] with `env`, in a process group of its own (as a job a shell or
+    /// `timeout` starts), so a test can signal the group.
+    fn spawn_env(args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Self {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = command(args, cwd);
+        cmd.envs(env.iter().copied()).process_group(0);
         let mut child = cmd
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -407,4 +416,281 @@ fn a_diverging_run_stops_with_exit_3_and_keeps_its_last_good_checkpoint() {
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no loss in {eval:?}"));
     assert!(loss.is_finite(), "{eval}");
+}
+
+/// How a stop request reaches the run.
+#[derive(Debug, Clone, Copy)]
+enum Signals {
+    /// One signal to the process.
+    Once(&'static str),
+    /// The same signal twice, 10 ms apart (two `kill`s, a user's double Ctrl-C).
+    Twice(&'static str),
+    /// To the process and then to its group at once, as `timeout -s INT` delivers it.
+    ProcessAndGroup(&'static str),
+}
+
+impl Signals {
+    fn send(self, pid: u32) {
+        let kill = |signal: &str, target: String| {
+            let sent = Command::new("kill")
+                .args([format!("-{signal}"), "--".into(), target])
+                .status()
+                .unwrap();
+            assert!(sent.success());
+        };
+        match self {
+            Signals::Once(s) => kill(s, pid.to_string()),
+            Signals::Twice(s) => {
+                kill(s, pid.to_string());
+                std::thread::sleep(Duration::from_millis(10));
+                kill(s, pid.to_string());
+            }
+            Signals::ProcessAndGroup(s) => {
+                kill(s, pid.to_string());
+                kill(s, format!("-{pid}"));
+            }
+        }
+    }
+
+    fn exit_code(self) -> i32 {
+        let (Signals::Once(s) | Signals::Twice(s) | Signals::ProcessAndGroup(s)) = self;
+        match s {
+            "INT" => 130,
+            "TERM" => 143,
+            other => panic!("no exit code for SIG{other}"),
+        }
+    }
+}
+
+/// The step of the `interrupted at step N;` line.
+fn interrupted_step(stderr: &str) -> usize {
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("interrupted at step "))
+        .unwrap_or_else(|| panic!("no interrupted line in:\n{stderr}"));
+    line["interrupted at step ".len()..]
+        .split(';')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn stop_requests_at_any_point_save_the_step_printed_and_resume_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let max = ["--set", "train.max_iters=30"];
+    ok(command(&train_args("straight", &max), dir)
+        .output()
+        .unwrap());
+    let straight = metrics(&dir.join("straight"));
+
+    // Where the run is when the request comes, how it comes, and the checkpoint it must
+    // end in: inside step 7 (saved at 8, after the step), between the batches of the
+    // evaluation at 10 (saved at 10, evaluated on resume), while `last` of step 15 is being
+    // written (saved at 15).
+    let cases = [
+        ("step@7", Signals::Once("INT"), 8),
+        ("step@7", Signals::Twice("INT"), 8),
+        ("step@7", Signals::ProcessAndGroup("INT"), 8),
+        ("step@7", Signals::Once("TERM"), 8),
+        ("eval@10", Signals::Twice("INT"), 10),
+        ("eval@10", Signals::Twice("TERM"), 10),
+        ("last:written@15", Signals::ProcessAndGroup("INT"), 15),
+    ];
+    for (i, (point, signals, expected)) in cases.into_iter().enumerate() {
+        let what = format!("{signals:?} at {point}");
+        let name = format!("run{i}");
+        let mut p = Running::spawn_env(
+            &train_args(&name, &max),
+            dir,
+            &[("HEADLAB_TEST_STOP_AT", point)],
+        );
+        p.wait_for(&format!("headlab-test: waiting at {point}"));
+        signals.send(p.child.id());
+        let (code, stderr) = p.finish();
+        assert_eq!(code, Some(signals.exit_code()), "{what}:\n{stderr}");
+        let step = interrupted_step(&stderr);
+        assert_eq!(step, expected, "{what}:\n{stderr}");
+        assert!(
+            stderr.contains("stopping after this step to save a checkpoint"),
+            "{what}:\n{stderr}"
+        );
+        assert!(!stderr.contains("error:"), "{what}:\n{stderr}");
+        let run = dir.join(&name);
+        assert_eq!(checkpoint_step(&run.join("last")), step, "{what}");
+        let resumed = ok(command(&["train", "--resume", &name], dir)
+            .output()
+            .unwrap());
+        // Stopped inside an evaluation, the resumed run does it first; otherwise the
+        // checkpoint's step was evaluated (or is not an evaluation step).
+        let first_eval = if point.starts_with("eval@") {
+            step
+        } else {
+            (step + 1..).find(|s| s % 5 == 0).unwrap()
+        };
+        assert_eq!(
+            eval_steps(&resumed).first(),
+            Some(&first_eval),
+            "{what}:\n{resumed}"
+        );
+        assert_eq!(metrics(&run), straight, "{what}: resumed run differs");
+    }
+}
+
+#[test]
+fn stop_requests_before_or_after_training_end_at_once_and_lose_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let max = ["--set", "train.max_iters=10"];
+
+    // While the text is prepared nothing is written yet: the process ends at once.
+    let mut p = Running::spawn_env(
+        &train_args("early", &max),
+        dir,
+        &[("HEADLAB_TEST_STOP_AT", "prepare")],
+    );
+    p.wait_for("headlab-test: waiting at prepare");
+    Signals::ProcessAndGroup("INT").send(p.child.id());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupted before training started: nothing was written"),
+        "{stderr}"
+    );
+    assert!(!dir.join("early").exists());
+
+    // During the loss over the val split after the last step: the run is complete, its
+    // result says the loss is missing, and the message says how to get it.
+    let mut p = Running::spawn_env(
+        &train_args("end", &max),
+        dir,
+        &[("HEADLAB_TEST_STOP_AT", "final")],
+    );
+    p.wait_for("headlab-test: waiting at final");
+    Signals::Twice("TERM").send(p.child.id());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(143), "{stderr}");
+    assert!(
+        stderr.contains("interrupted after the last step (10): the run is complete"),
+        "{stderr}"
+    );
+    let run = dir.join("end");
+    assert_eq!(checkpoint_step(&run.join("last")), 10);
+    let result: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(run.join("result.json")).unwrap()).unwrap();
+    assert!(result["val_full_loss"].is_null(), "{result}");
+    assert_eq!(result["steps"], 10);
+
+    // While the head table is written after training: the run is saved, the process ends.
+    let mut p = Running::spawn_env(
+        &train_args("heads", &max),
+        dir,
+        &[("HEADLAB_TEST_STOP_AT", "heads")],
+    );
+    p.wait_for("headlab-test: waiting at heads");
+    Signals::Once("INT").send(p.child.id());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupted after training: the run is complete and saved"),
+        "{stderr}"
+    );
+    assert_eq!(checkpoint_step(&dir.join("heads/last")), 10);
+    assert!(dir.join("heads/result.json").is_file());
+}
+
+#[test]
+fn resuming_a_run_without_a_checkpoint_says_it_starts_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let max = ["--set", "train.max_iters=10"];
+    // Killed while its first checkpoint was being written: none is in place.
+    let mut p = Running::spawn(&train_args("run", &max), dir, Some("last:written@0"));
+    p.wait_for("paused at last:written@0");
+    p.kill();
+    assert!(!dir.join("run/last").exists());
+    let stderr = ok(command(&["train", "--resume", "run"], dir)
+        .output()
+        .unwrap());
+    assert!(
+        stderr.contains("has no checkpoint (it was stopped before its first one was saved): training starts again from step 0"),
+        "{stderr}"
+    );
+    assert_eq!(checkpoint_step(&dir.join("run/last")), 10);
+}
+
+#[test]
+fn a_run_still_training_is_reported_as_such_and_a_stopped_one_as_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let max = ["--set", "train.max_iters=10"];
+    let mut p = Running::spawn_env(
+        &train_args("run", &max),
+        dir,
+        &[("HEADLAB_TEST_STOP_AT", "step@7")],
+    );
+    p.wait_for("headlab-test: waiting at step@7");
+    let pid = p.child.id();
+    let report =
+        String::from_utf8_lossy(&command(&["report", "run"], dir).output().unwrap().stderr)
+            .into_owned();
+    assert!(
+        report.contains(&format!("the run is still training (process {pid})")),
+        "{report}"
+    );
+    assert!(!report.contains("the run stopped at step"), "{report}");
+    Signals::Once("INT").send(pid);
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(130), "{stderr}");
+    let report =
+        String::from_utf8_lossy(&command(&["report", "run"], dir).output().unwrap().stderr)
+            .into_owned();
+    assert!(
+        report.contains("the run stopped at step 8 of 10"),
+        "{report}"
+    );
+    assert!(!dir.join("run/.training").exists());
+    // Stopped between evaluations, its `best` (step 5) is older than its `last` (step 8):
+    // commands that read `best` by default say so.
+    let sample = command(&["sample", "run", "--max-new-tokens", "5"], dir)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&sample.stderr);
+    assert!(
+        stderr.contains("note: using checkpoint best (step 5, val loss ")
+            && stderr.contains("the run's last checkpoint is at step 8: --checkpoint last uses it"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_reader_that_goes_away_ends_a_command_quietly() {
+    use std::io::Read;
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    ok(
+        command(&train_args("run", &["--set", "train.max_iters=4"]), dir)
+            .output()
+            .unwrap(),
+    );
+    // `headlab sample run --max-new-tokens 20000 | head -c 100`: the reader leaves long before
+    // the sampler is done.
+    let mut child = command(&["sample", "run", "--max-new-tokens", "20000"], dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut head = [0u8; 100];
+    child.stdout.take().unwrap().read_exact(&mut head).unwrap();
+    // The pipe's reader is gone (dropped above); the sampler's next write hits it.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("internal error"), "{stderr}");
+    assert!(
+        out.status.success() || out.status.signal() == Some(13),
+        "{}: {stderr}",
+        out.status
+    );
 }

@@ -223,6 +223,48 @@ fn config_errors_name_the_key_and_write_nothing() {
     }
 }
 
+/// A size set to 0 quotes the default run's value, read here from configs/default.toml (the
+/// file that spells the defaults out), not from the code that prints it: `model.n_layers=0`
+/// used to say "(default 4)" where the default is 2.
+#[test]
+fn a_zero_size_quotes_the_default_runs_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let defaults = std::fs::read_to_string(root.join("configs/default.toml")).unwrap();
+    // `key = value` in `[section]` of the file.
+    let value = |section: &str, key: &str| -> String {
+        let body = defaults
+            .split(&format!("[{section}]\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no [{section}]"));
+        body.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key} = ")))
+            .unwrap_or_else(|| panic!("no {section}.{key}"))
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    for (section, key) in [
+        ("model", "n_layers"),
+        ("model", "n_heads"),
+        ("model", "d_model"),
+        ("model", "block_size"),
+        ("train", "batch_size"),
+        ("train", "max_iters"),
+        ("data", "builtin_chars"),
+    ] {
+        let set = format!("{section}.{key}=0");
+        let expected = format!(
+            "{section}.{key} is 0 but must be at least 1 (default {})",
+            value(section, key)
+        );
+        let stderr = fails(dir, &train_args(&["--set", &set]), &[&expected]);
+        assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+    }
+}
+
 #[test]
 fn data_errors_name_the_file_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();
@@ -405,6 +447,29 @@ fn cli_errors_name_the_option_and_write_nothing() {
         &["sample", "g", "--top-k", "0"],
         &["--top-k", "at least 1"],
     );
+    // The same token twice is named as such, not as two prompts with the same metric.
+    let patch = [
+        "patch",
+        "g",
+        "--clean",
+        "the dog sees",
+        "--corrupted",
+        "the cat sees",
+        "--answer",
+        " ",
+        "--versus",
+        " ",
+    ];
+    let stderr = fails(
+        dir,
+        &patch,
+        &[
+            "--answer and --versus are the same token (\" \")",
+            "give --versus the token the corrupted prompt leads to",
+        ],
+    );
+    assert!(!stderr.contains("same metric"), "{stderr}");
+    assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
 }
 
 /// wgpu with every Vulkan driver hidden: no adapter, said at once. OpenGL stays visible, as
@@ -555,7 +620,16 @@ fn export_errors_name_the_key_or_folder_and_write_nothing() {
     fails(
         dir,
         &["export", "hf", "plain", "--out", "taken"],
-        &["taken", "not empty", "--out"],
+        &["taken", "not empty", "--out", "--force"],
+    );
+    // --force replaces a previous export only: a folder with anything else is kept.
+    fails(
+        dir,
+        &["export", "hf", "plain", "--out", "taken", "--force"],
+        &[
+            "taken holds mine.txt",
+            "--force replaces only a previous export",
+        ],
     );
     fails(
         dir,
@@ -616,6 +690,13 @@ fn import_errors_name_the_file_and_write_nothing() {
     let nano = fixtures.join("nanogpt-tiny");
     let ckpt = nano.join("ckpt.pt");
     let evil = nano.join("evil-meta.pkl");
+    // The fixture's checkpoint alone in a folder: valid, only its vocabulary is elsewhere.
+    std::fs::create_dir(dir.join("bare")).unwrap();
+    std::fs::copy(&ckpt, dir.join("bare/ckpt.pt")).unwrap();
+    // The same checkpoint with one weight's slot holding a call of os.system
+    // (tools/make-evil-ckpt.py).
+    let evil_ckpt = nano.join("evil-ckpt.pt");
+    let run = trained(dir, "g");
     let s = |p: &Path| p.to_str().unwrap().to_string();
     let cases: Vec<(Vec<String>, Vec<&str>)> = vec![
         (
@@ -650,6 +731,34 @@ fn import_errors_name_the_file_and_write_nothing() {
             vec!["nanogpt".into(), s(&hf.join("model.safetensors"))],
             vec!["model.safetensors", "not a PyTorch checkpoint"],
         ),
+        (
+            vec!["nanogpt".into(), "bare/ckpt.pt".into()],
+            vec![
+                "bare/ckpt.pt holds no vocabulary and there is no meta.pkl beside it",
+                "pass --meta data/<dataset>/meta.pkl",
+            ],
+        ),
+        (
+            vec![
+                "nanogpt".into(),
+                s(&evil_ckpt),
+                "--meta".into(),
+                s(&nano.join("meta.pkl")),
+            ],
+            vec![
+                "evil-ckpt.pt is refused",
+                "model['_orig_mod.transformer.h.0.attn.c_attn.weight'] is a Python object \
+                 (posix.system)",
+                "ran nothing",
+            ],
+        ),
+        (
+            vec!["hf".into(), s(&run)],
+            vec![
+                "is a headlab run (config.toml), not a Hugging Face folder",
+                "headlab export hf",
+            ],
+        ),
     ];
     for (rest, parts) in cases {
         let mut args = vec!["import"];
@@ -657,12 +766,29 @@ fn import_errors_name_the_file_and_write_nothing() {
         args.extend(["--out", "imported"]);
         let stderr = fails(dir, &args, &parts);
         assert_eq!(stderr.trim().lines().count(), 1, "{stderr}");
+        assert!(
+            !stderr.contains("is not a nanoGPT checkpoint"),
+            "{args:?}: {stderr}"
+        );
     }
-    // A run in the way is refused too (and kept).
+    // A run in the way is refused too (and kept); --force replaces only a run.
     std::fs::create_dir(dir.join("taken")).unwrap();
+    std::fs::write(dir.join("taken/mine.txt"), "keep").unwrap();
     fails(
         dir,
         &["import", "hf", hf.to_str().unwrap(), "--out", "taken"],
-        &["taken", "already exists"],
+        &["taken", "already exists", "--force"],
+    );
+    fails(
+        dir,
+        &[
+            "import",
+            "hf",
+            hf.to_str().unwrap(),
+            "--out",
+            "taken",
+            "--force",
+        ],
+        &["taken exists and is not a headlab run", "pass a new --out"],
     );
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use headlab_heads::MapHistory;
 
-use crate::common::{TINY_MODEL, chromium, headlab, ok, render};
+use crate::common::{TINY_MODEL, chromium, headlab, ok, render_at};
 
 const GUARD: &str = include_str!("assets/report-guard.js");
 const DRIVE: &str = include_str!("assets/report-drive.js");
@@ -52,7 +52,8 @@ fn tracked_run(dir: &Path, text: &str) -> std::path::PathBuf {
     dir.join("run")
 }
 
-/// The page with the test scripts in, rendered; `body[data-test]` parsed.
+/// The page with the test scripts in, rendered in a window 1400 pixels wide (a laptop's);
+/// `body[data-test]` parsed.
 fn drive(browser: &str, page: &Path, scratch: &Path) -> serde_json::Value {
     let html = std::fs::read_to_string(page).unwrap();
     let html = html
@@ -60,7 +61,7 @@ fn drive(browser: &str, page: &Path, scratch: &Path) -> serde_json::Value {
         .replacen("</body>", &format!("<script>{DRIVE}</script></body>"), 1);
     let copy = scratch.join("driven.html");
     std::fs::write(&copy, html).unwrap();
-    let (dom, log) = render(browser, &copy, &scratch.join("chrome"));
+    let (dom, log) = render_at(browser, &copy, &scratch.join("chrome"), Some((1400, 1000)));
     let body = &dom[dom.find("<body").expect("a body")..];
     let attr = body
         .split("data-test=\"")
@@ -167,6 +168,19 @@ fn the_report_replays_training_and_keeps_markup_as_text() {
     assert_eq!(seen["patch"]["cells"], cells, "{seen}");
     let info = seen["patch"]["info"].as_str().unwrap();
     assert!(info.contains(clean) && info.contains(corrupted), "{info}");
+    // At 1400 pixels the page does not scroll sideways: the 29-column grids scroll inside
+    // their column; and every chart's title (the longest read "... at step 180") fits whole,
+    // clear of the legend.
+    // The window is 1400 pixels wide; a vertical scrollbar takes its share of that.
+    let width = seen["layout"]["width"].as_u64().unwrap();
+    assert!((1360..=1400).contains(&width), "{seen}");
+    assert_eq!(seen["layout"]["page_overflow"], 0, "{seen}");
+    assert_eq!(seen["layout"]["patch_past_edge"], 0, "{seen}");
+    assert_eq!(
+        seen["layout"]["clipped_text"],
+        serde_json::json!([]),
+        "{seen}"
+    );
 
     // Seven tracked steps, 0 to 180; the slider starts at the last.
     assert_eq!(seen["slider"]["max"], "6", "{seen}");

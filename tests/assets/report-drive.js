@@ -72,6 +72,17 @@
       cells: document.querySelectorAll('#patch-grids tbody td').length,
       info: (document.getElementById('patch-info') || {}).textContent
     };
+    // Nothing runs past the window: the page does not scroll sideways and each patching grid
+    // ends inside it (a wide one scrolls within its column); no chart's text is cut or hidden.
+    var width = document.documentElement.clientWidth;
+    out.layout = {
+      width: width,
+      page_overflow: document.documentElement.scrollWidth - width,
+      patch_past_edge: Array.prototype.filter.call(document.querySelectorAll('#patch-grids table.patch'), function (t) {
+        return t.getBoundingClientRect().right > width;
+      }).length,
+      clipped_text: window.__clippedTexts ? window.__clippedTexts() : ['no guard']
+    };
     out.sample = (document.getElementById('sample') || {}).textContent;
     var bc = document.getElementById('beside-column');
     out.beside = {

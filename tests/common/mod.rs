@@ -139,7 +139,20 @@ pub fn chromium() -> Option<String> {
 /// once its scripts ran, and what the browser logged (its console among it).
 #[allow(dead_code)]
 pub fn render(browser: &str, page: &Path, profile: &Path) -> (String, String) {
+    render_at(browser, page, profile, None)
+}
+
+/// [`render`] in a window of `size` (width, height) pixels, Chromium's default without one.
+#[allow(dead_code)]
+pub fn render_at(
+    browser: &str,
+    page: &Path,
+    profile: &Path,
+    size: Option<(u32, u32)>,
+) -> (String, String) {
+    let window = size.map(|(w, h)| format!("--window-size={w},{h}"));
     let out = Command::new(browser)
+        .args(window)
         .args([
             "--headless",
             "--no-sandbox",

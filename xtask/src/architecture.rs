@@ -6,8 +6,11 @@
 //! above its highest dependency, top layer first, with its path, its one-line `description`
 //! from Cargo.toml and the workspace crates it depends on (normal dependencies; dev- and
 //! build-dependencies are left out). Arrows can then only point down.
+//!
+//! Within a crate the same holds for its top-level modules: no two may name each other,
+//! directly or around a circle, so each module can be read knowing only those below it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::process::Command;
 
@@ -214,7 +217,130 @@ pub fn shares(root: &Path, crates: &[Crate]) -> Result<Vec<(String, usize, f64)>
         .collect())
 }
 
-/// Problems: a stale diagram (with the fix), a crate above [`MAX_SHARE`].
+/// The arrows between the top-level modules of the crate whose sources are in `src`: each
+/// module (`m.rs`, or a folder `m/`) to the other modules its code names as `crate::m` or
+/// in `use crate::{m, ...}`. Comments are skipped, and so is a file from its first
+/// `#[cfg(test)]` on: a test may reach into any module.
+pub fn module_arrows(src: &Path) -> Result<BTreeMap<String, BTreeSet<String>>> {
+    fn files(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<()> {
+        for e in std::fs::read_dir(dir).with_context(|| format!("reading {}", dir.display()))? {
+            let p = e?.path();
+            if p.is_dir() {
+                files(&p, out)?;
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                out.push(p);
+            }
+        }
+        Ok(())
+    }
+    let mut paths = Vec::new();
+    files(src, &mut paths)?;
+    let module = |p: &Path| -> String {
+        let first = p.strip_prefix(src).unwrap_or(p).components().next();
+        let name = first.map_or(String::new(), |c| c.as_os_str().to_string_lossy().into());
+        name.strip_suffix(".rs").unwrap_or(&name).to_string()
+    };
+    let modules: BTreeSet<String> = paths
+        .iter()
+        .map(|p| module(p))
+        .filter(|m| m != "lib" && m != "main")
+        .collect();
+    let mut arrows: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for path in &paths {
+        let from = module(path);
+        if !modules.contains(&from) {
+            continue;
+        }
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let code: String = text
+            .lines()
+            .take_while(|l| !l.trim_start().starts_with("#[cfg(test)]"))
+            .filter(|l| !l.trim_start().starts_with("//"))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let to = arrows.entry(from.clone()).or_default();
+        for (at, _) in code.match_indices("crate::") {
+            let rest = &code[at + "crate::".len()..];
+            let names: Vec<&str> = match rest.strip_prefix('{') {
+                // `crate::{a, b::X, c::{Y, Z}}`: the first segment of each top-level part.
+                Some(list) => {
+                    let (mut depth, mut end) = (0, list.len());
+                    for (i, ch) in list.char_indices() {
+                        match ch {
+                            '{' => depth += 1,
+                            '}' if depth == 0 => {
+                                end = i;
+                                break;
+                            }
+                            '}' => depth -= 1,
+                            _ => {}
+                        }
+                    }
+                    let mut parts = Vec::new();
+                    let (mut depth, mut start) = (0, 0);
+                    for (i, ch) in list[..end].char_indices() {
+                        match ch {
+                            '{' => depth += 1,
+                            '}' => depth -= 1,
+                            ',' if depth == 0 => {
+                                parts.push(&list[start..i]);
+                                start = i + 1;
+                            }
+                            _ => {}
+                        }
+                    }
+                    parts.push(&list[start..end]);
+                    parts
+                }
+                None => vec![rest],
+            };
+            for name in names {
+                let name = name.trim_start();
+                let end = name
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(name.len());
+                let name = &name[..end];
+                if name != from && modules.contains(name) {
+                    to.insert(name.to_string());
+                }
+            }
+        }
+    }
+    Ok(arrows)
+}
+
+/// The first circle among `arrows` as `a -> b -> a`, if there is one.
+pub fn module_circle(arrows: &BTreeMap<String, BTreeSet<String>>) -> Option<String> {
+    fn visit<'a>(
+        name: &'a str,
+        arrows: &'a BTreeMap<String, BTreeSet<String>>,
+        done: &mut BTreeSet<&'a str>,
+        path: &mut Vec<&'a str>,
+    ) -> Option<String> {
+        if let Some(at) = path.iter().position(|p| *p == name) {
+            return Some(format!("{} -> {name}", path[at..].join(" -> ")));
+        }
+        if !done.insert(name) {
+            return None;
+        }
+        path.push(name);
+        for next in arrows.get(name).into_iter().flatten() {
+            if let Some(circle) = visit(next, arrows, done, path) {
+                return Some(circle);
+            }
+        }
+        path.pop();
+        None
+    }
+    let mut done = BTreeSet::new();
+    arrows
+        .keys()
+        .find_map(|m| visit(m, arrows, &mut done, &mut Vec::new()))
+}
+
+/// Problems: a stale diagram (with the fix), a crate above [`MAX_SHARE`], an import
+/// circle among a crate's modules.
 pub fn check(root: &Path) -> Result<Vec<String>> {
     let crates = crates(root)?;
     let mut problems = Vec::new();
@@ -233,6 +359,19 @@ pub fn check(root: &Path) -> Result<Vec<String>> {
                  split it",
                 share * 100.0,
                 MAX_SHARE * 100.0
+            ));
+        }
+    }
+    for c in &crates {
+        let src = root.join(&c.dir).join("src");
+        if !src.is_dir() {
+            continue;
+        }
+        if let Some(circle) = module_circle(&module_arrows(&src)?) {
+            problems.push(format!(
+                "{}: import circle among its modules: {circle}; move what both need into a \
+                 module of its own",
+                c.name
             ));
         }
     }
@@ -283,8 +422,48 @@ mod tests {
         assert!(with_diagram("no markers", &drawn).is_err());
     }
 
+    /// Module arrows come from `crate::m` paths and `use crate::{..}` lists, not from
+    /// comments, root items or tests; a circle is named, a one-way chain is not one.
+    #[test]
+    fn module_arrows_follow_crate_paths_and_circles_are_named() {
+        let dir = std::env::temp_dir().join(format!("xtask-modules-{}", std::process::id()));
+        let src = dir.as_path();
+        std::fs::create_dir_all(src.join("d")).unwrap();
+        for (file, text) in [
+            (
+                "lib.rs",
+                "pub mod a; pub mod b; pub mod c; pub mod d;\npub struct Root;\n",
+            ),
+            (
+                "a.rs",
+                "use crate::{Root, b::X, c::{Y, Z}};\n// crate::d in a comment\n",
+            ),
+            (
+                "b.rs",
+                "fn f() -> crate::c::Y { todo!() }\n#[cfg(test)]\nuse crate::a::T;\n",
+            ),
+            ("c.rs", "pub struct Y;\n"),
+            ("d/mod.rs", "mod e;\n"),
+            ("d/e.rs", "use crate::a::A;\n"),
+        ] {
+            std::fs::write(src.join(file), text).unwrap();
+        }
+        let arrows = module_arrows(src).unwrap();
+        let names = |m: &str| arrows[m].iter().cloned().collect::<Vec<_>>();
+        assert_eq!(names("a"), ["b", "c"]);
+        assert_eq!(names("b"), ["c"]);
+        assert_eq!(names("d"), ["a"]);
+        assert!(!arrows.contains_key("lib"));
+        assert_eq!(module_circle(&arrows), None);
+        std::fs::write(src.join("c.rs"), "use crate::d::E;\n").unwrap();
+        let circle = module_circle(&module_arrows(src).unwrap()).unwrap();
+        std::fs::remove_dir_all(src).unwrap();
+        assert_eq!(circle, "a -> b -> c -> d -> a");
+    }
+
     /// The real workspace: docs/architecture.md's diagram is the crate graph of cargo
-    /// metadata, and no crate holds more than a quarter of the Rust lines.
+    /// metadata, no crate holds more than a quarter of the Rust lines, and no crate's modules
+    /// import each other in a circle.
     #[test]
     fn the_architecture_doc_draws_the_crate_graph_and_no_crate_is_too_big() {
         let problems = check(&crate::root()).unwrap();

@@ -102,7 +102,8 @@ pub fn run(args: CompareArgs) -> Result<()> {
     write_compare(&report, &out)?;
     print!("{}", compare_markdown(&report));
     eprintln!(
-        "wrote {0}/compare.md, compare.json, compare.png and compare-gap.png",
+        "wrote {0}/compare.html (open it in a browser), compare.md, compare.json, compare.png \
+         and compare-gap.png",
         out.display()
     );
     let bad = report.disagreeing();

@@ -69,7 +69,10 @@ pub fn run(args: EvalArgs) -> Result<()> {
                 SplitArg::Val => Split::Val,
                 SplitArg::Train => Split::Train,
             };
-            (data.tokens(split).to_vec(), format!("{split} split"))
+            (
+                data.tokens(split).to_vec(0..data.len(split)),
+                format!("{split} split"),
+            )
         }
     };
     let t = config.model.block_size;

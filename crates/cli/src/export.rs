@@ -23,9 +23,13 @@ pub enum ExportFormat {
     Hf {
         /// A run directory made by `headlab train`.
         run: PathBuf,
-        /// The folder to write; must be new or empty.
+        /// The folder to write; must be new or empty, unless --force.
         #[arg(long)]
         out: PathBuf,
+        /// Replace a previous export in --out (a folder holding only the files an export
+        /// writes; anything else there is refused, never deleted).
+        #[arg(long)]
+        force: bool,
         /// The checkpoint: `last` or `best`.
         #[arg(long, default_value = "last")]
         checkpoint: String,
@@ -42,12 +46,13 @@ pub fn run(args: ExportArgs) -> Result<()> {
         ExportFormat::Hf {
             run,
             out,
+            force,
             checkpoint,
             backend,
         } => {
             let (_, trained, _) = open_trained(&run, Some(backend.parse()?), &checkpoint)
                 .with_context(|| format!("opening {}", run.display()))?;
-            export_gpt2(&trained.model, &trained.tokenizer, &out)?;
+            export_gpt2(&trained.model, &trained.tokenizer, &out, force)?;
             eprintln!(
                 "wrote {} (config.json, model.safetensors, tokenizer.json, \
                  tokenizer_config.json): load it with transformers' \

@@ -4,26 +4,32 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use headlab_data::{Split, read_text};
+use headlab_data::{Dataset, Split, read_text};
 use headlab_heads::{HeadReport, Probe, head_report};
 use headlab_report::{to_table, write_head_report};
 use headlab_train::trainer::load_dataset;
 
 use crate::common::{OnRun, open_run};
+use crate::syntax::SyntaxReport;
 
 /// `headlab heads`.
 #[derive(Debug, Args)]
 pub struct HeadsArgs {
     /// A run directory made by `headlab train`.
     pub run: PathBuf,
-    /// Text whose attention maps are drawn (default: the start of the val split).
+    /// Text whose attention maps are drawn (default: the start of the val split), and on which
+    /// the text scores are read (previous-token, first-token, distance, entropy; default: 8
+    /// val windows). Ablation, importance and the repeated-sequence scores do not depend on
+    /// it: they use the run's held-out val batches and seeded random sequences.
     #[arg(long, conflicts_with = "file")]
     pub text: Option<String>,
     /// Read that text from a file.
     #[arg(long)]
     pub file: Option<PathBuf>,
     /// Where to write heads.csv, heads.json, composition.csv, detector.csv, attention.png and
-    /// heads.html (default: RUN/heads).
+    /// heads.html, and for a run on the built-in grammar corpus syntax.csv, agreement.csv,
+    /// syntax.json and syntax.txt (default: RUN/heads). The syntactic scores are read on the
+    /// start of the val split, whatever --text says.
     #[arg(long, short)]
     pub out: Option<PathBuf>,
     /// The backend and checkpoint to load.
@@ -33,18 +39,44 @@ pub struct HeadsArgs {
 
 /// Runs `headlab heads`.
 pub fn run(args: HeadsArgs) -> Result<()> {
-    let (out, report) = write(&args)?;
+    if args.out.is_none() && args.run.join("heads/heads.csv").is_file() {
+        eprintln!(
+            "note: replacing the head table in {} (training wrote it for its last \
+             checkpoint); -o DIR writes elsewhere",
+            args.run.join("heads").display()
+        );
+    }
+    let (out, report, syntax) = write(&args, None)?;
     print!("{}", to_table(&report.rows));
+    let syntax_files = match &syntax {
+        Some(syntax) => {
+            eprint!("{}", crate::syntax::summary(syntax));
+            format!(
+                ", {}, {}, {}, {}",
+                crate::syntax::SYNTAX_FILE,
+                crate::syntax::AGREEMENT_FILE,
+                crate::syntax::JSON_FILE,
+                crate::syntax::TEXT_FILE
+            )
+        }
+        None => String::new(),
+    };
     eprintln!(
-        "wrote {0}/heads.csv, heads.json, composition.csv, detector.csv, attention.png and \
-         heads.html (open it in a browser)",
+        "wrote {0}/heads.csv, heads.json, composition.csv, detector.csv, attention.png{syntax_files} \
+         and heads.html (open it in a browser)",
         out.display()
     );
     Ok(())
 }
 
-/// The head table of the run `args` name: where it was written, and what it holds.
-pub fn write(args: &HeadsArgs) -> Result<(PathBuf, HeadReport)> {
+/// The head table of the run `args` name: where it was written, and what it holds. `data` is
+/// the run's dataset when the caller has it (training does), saving a second read and
+/// tokenization of its text. On a run on the built-in grammar corpus, also its syntactic
+/// heads ([`crate::syntax::measure`]); a failure there is a note, not an error.
+pub fn write(
+    args: &HeadsArgs,
+    data: Option<Dataset>,
+) -> Result<(PathBuf, HeadReport, Option<SyntaxReport>)> {
     let (run, trained, device) =
         open_run(&args.run, args.on.backend.as_deref(), args.on.checkpoint)?;
     let (config, tokenizer, model) = (trained.config, trained.tokenizer, trained.model);
@@ -55,7 +87,11 @@ pub fn write(args: &HeadsArgs) -> Result<(PathBuf, HeadReport)> {
     };
     // With a text of its own the analysis can go on without the run's data (moved or gone):
     // everything but ablation and importance, which need held-out batches.
-    let data = match load_dataset(&run, &config, tokenizer.clone()) {
+    let loaded = match data {
+        Some(data) => Ok(data),
+        None => load_dataset(&run, &config, tokenizer.clone()),
+    };
+    let data = match loaded {
         Ok(data) => Some(data),
         Err(e) if text.is_some() => {
             // An imported model never had training text here; anything else lost its data.
@@ -100,7 +136,7 @@ pub fn write(args: &HeadsArgs) -> Result<(PathBuf, HeadReport)> {
             }
             ids[..ids.len().min(block)].to_vec()
         }
-        (None, Some(data)) => data.tokens(Split::Val)[..block.min(32)].to_vec(),
+        (None, Some(data)) => data.tokens(Split::Val).to_vec(0..block.min(32)),
         (None, None) => bail!("no text and no data to analyse heads on"),
     };
     let probe = match &data {
@@ -121,7 +157,21 @@ pub fn write(args: &HeadsArgs) -> Result<(PathBuf, HeadReport)> {
     let out = args.out.clone().unwrap_or_else(|| run.root.join("heads"));
     let title = format!("headlab heads: {}", run.root.display());
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let report = head_report(&model, &tokenizer, &probe, &map_ids, &device);
+    let mut report = head_report(&model, &tokenizer, &probe, &map_ids, &device);
+    let syntax = match &data {
+        Some(data) => crate::syntax::measure(&config, data, &tokenizer, &model, &device, &out)
+            .unwrap_or_else(|e| {
+                eprintln!("note: the syntactic head scores were not made: {e:#}");
+                None
+            }),
+        None => None,
+    };
+    // The table's roles column: each head's syntactic roles on the val sentences.
+    if let Some(syntax) = &syntax {
+        for (row, roles) in report.rows.iter_mut().zip(&syntax.roles) {
+            row.roles = roles.roles.iter().map(|r| r.name().to_string()).collect();
+        }
+    }
     write_head_report(&out, &title, &report)?;
-    Ok((out, report))
+    Ok((out, report, syntax))
 }

@@ -54,6 +54,10 @@ pub struct OutArgs {
     /// The run's `train.backend`: where `sample`, `heads` and fine-tuning run by default.
     #[arg(long, default_value = "flex")]
     backend: String,
+    /// Replace the run in --out (a headlab run or an empty folder; anything else is refused,
+    /// never deleted). The old run stays until the new one is read and checked.
+    #[arg(long)]
+    force: bool,
 }
 
 /// Runs `headlab import`.
@@ -86,9 +90,18 @@ fn write(imported: &Imported, args: &OutArgs, name: &str) -> Result<()> {
         .out
         .clone()
         .unwrap_or_else(|| fresh_run_dir(&format!("import-{name}")));
-    if out.exists() {
+    let empty = std::fs::read_dir(&out).is_ok_and(|mut d| d.next().is_none());
+    if out.exists() && !args.force {
         bail!(
-            "{} already exists; pass a new --out (nothing was written)",
+            "{} already exists; pass a new --out, or --force to replace the run there (nothing \
+             was written)",
+            out.display()
+        );
+    }
+    if out.exists() && !empty && !out.join("config.toml").is_file() {
+        bail!(
+            "{} exists and is not a headlab run (no config.toml): --force replaces only a run, so \
+             pass a new --out (nothing was written)",
             out.display()
         );
     }
@@ -96,7 +109,7 @@ fn write(imported: &Imported, args: &OutArgs, name: &str) -> Result<()> {
     let device = backend.device()?;
     let model = imported.build(&device)?;
     let run = imported
-        .write_run(&model, &out, &args.backend)
+        .write_run(&model, &out, &args.backend, args.force)
         .with_context(|| format!("writing the run {}", out.display()))?;
     let c = &imported.config;
     eprintln!(
@@ -109,6 +122,16 @@ fn write(imported: &Imported, args: &OutArgs, name: &str) -> Result<()> {
         c.block_size,
         run.root.display()
     );
+    // Dropout only acts while training: say what the imported rate does here.
+    if c.dropout > 0.0 {
+        eprintln!(
+            "note: the model's dropout is {} (model.dropout in {}): headlab applies it only \
+             while fine-tuning (`headlab train --resume`), never in sample, eval, heads, lens \
+             or patch; add --set model.dropout=0 when fine-tuning to train without it",
+            c.dropout,
+            run.root.join("config.toml").display()
+        );
+    }
     let dir = run.root.display();
     eprintln!(
         "next: `headlab heads {dir} --text \"...\"` for its head table, `headlab sample {dir}`, \

@@ -6,6 +6,8 @@
 //!   that needs two lookups at once (the `lookup` corpus).
 //! - `ambiguity`: on the `attach` corpus, where "with" and "and" look when what "with"
 //!   attaches to decides the number of the last verb.
+//! - `symmetry`: identical heads stay identical; a perturbation or a random start lets
+//!   gradients pull them apart.
 //!
 //! Each lab writes its runs, pictures and a `summary.md` into its output directory. This
 //! module only parses the options; the experiments, summaries and files are
@@ -37,8 +39,8 @@ pub enum LabName {
         long_about = "The induction-head phase change (Olsson et al. 2022).\n\n\
         Trains one model: 2 layers x 2 heads, attention only, d_model 64, RoPE, block 64, on \
         the built-in induction corpus (random letters, each line repeated once), 2000 steps \
-        of batch 32, head scores and maps every 50 steps (configs/lab-induction.toml). About \
-        20 s on 2 cores of an AMD EPYC (2026-12).\n\n\
+        of batch 32, head scores and maps every 50 steps (configs/lab-induction.toml). It took \
+        18 s on a 2-core AMD EPYC Zen 5 VM (2026-12-02).\n\n\
         Writes into --out (default runs/lab-induction): run/ (the training run), summary.md \
         (when the phase change happened, which head became the previous-token head and which \
         the induction head, with their scores and ablations), heads.png, loss.png, \
@@ -56,8 +58,8 @@ pub enum LabName {
         Trains one model per head count and seed: 1 layer, d_model 64 split into h heads of \
         d_k = 64/h (the same parameters for every h), block 32, on the built-in lookup corpus \
         (each letter set by the letters 2 and 6 back), 1500 steps of batch 32 \
-        (configs/lab-heads.toml). The default 7 head counts x 3 seeds take 3-4 minutes on 2 \
-        cores of an AMD EPYC (2026-12).\n\n\
+        (configs/lab-heads.toml). The default 7 head counts x 3 seeds took 186-217 s on a \
+        2-core AMD EPYC Zen 4 VM (2026-12-02).\n\n\
         Writes into --out (default runs/lab-heads): one run per count and seed (h<H>-s<SEED>/, \
         each with its report.html), val_loss.csv (val loss, accuracy and every run's head \
         labels), heads.png (val loss against the head count, seeds as a range) and summary.md \
@@ -77,8 +79,8 @@ pub enum LabName {
         Trains one model: 2 layers x 4 heads, d_model 64, block 32, byte-level BPE of 400 \
         tokens, on the built-in attach corpus (\"... follow the spy with the camera and hide \
         it.\", where what \"with\" attaches to decides the last verb's number), 1000 steps of \
-        batch 32, head scores and maps every 50 steps (configs/lab-ambiguity.toml). About 15 s \
-        on 2 cores of an AMD EPYC (2026-12).\n\n\
+        batch 32, head scores and maps every 50 steps (configs/lab-ambiguity.toml). It took \
+        12-15 s on a 2-core AMD EPYC VM whose generation was not recorded (2026-12).\n\n\
         Writes into --out (default runs/lab-ambiguity): run/ (the training run), summary.md \
         (agreement on forced and ambiguous readings, where each head of \"with\" and \"and\" \
         looks, and whether any head switches with the reading), report.html and the head \
@@ -92,12 +94,13 @@ pub enum LabName {
     /// Why heads differ at all: identical heads stay identical; a perturbation or a random
     /// start lets gradients pull them apart.
     #[command(long_about = "Symmetry breaking.\n\n\
-        Trains the induction lab's model (2 layers x 2 heads, attention only, d_model 64) for \
-        1000 steps of batch 16 from one seed six ways: every head of a layer starting identical (on flex \
-        and on ndarray), identical plus a perturbation of size 1e-6, 1e-4 and 1e-2 on one \
-        head, and the usual random start (configs/lab-symmetry.toml). Every head's weights \
-        are checked against head 0's, bit for bit, every 25 steps. About 40 s on 2 cores of an \
-        AMD EPYC (2026-12).\n\n\
+        Trains a small attention-only model (2 layers x 2 heads, d_model 64, RoPE, block 64) \
+        on the built-in grammar corpus for 800 steps of batch 32 from one seed six ways: every \
+        head of a layer starting identical (on flex and on ndarray), identical plus a \
+        perturbation of size 1e-6, 1e-4 and 1e-2 on one head, and the usual random start \
+        (configs/lab-symmetry.toml). Every head's weights are checked against head 0's, bit \
+        for bit, every 25 steps, and each model's final val loss is set against chance. \
+        The lab took 85 s on a 2-core Intel Xeon VM (family 6 model 167), 2026-12-04.\n\n\
         Writes into --out (default runs/lab-symmetry): one run per start and backend (each \
         with head_history.csv, gradient norms included, and report.html), symmetry.csv, \
         symmetry.png (steps until the heads separate, against eps) and summary.md.")]

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use headlab_data::Tokenizer;
-use headlab_heads::{Metric, Patching, patch_sweeps};
+use headlab_heads::{Metric, Patching, Sweep, patch_sweeps};
 use headlab_report::heatmap::heatmap_png;
 use headlab_report::report_run;
 
@@ -65,19 +65,36 @@ pub fn run(args: PatchArgs) -> Result<()> {
     let corrupted = encode("--corrupted", &args.corrupted)?;
     let answer = one("--answer", &args.answer)?;
     let metric = match &args.versus {
-        Some(v) => Metric::LogitDiff {
-            answer,
-            versus: one("--versus", v)?,
-        },
+        Some(v) => {
+            let versus = one("--versus", v)?;
+            if versus == answer {
+                bail!(
+                    "--answer and --versus are the same token ({:?}): logit(answer) - \
+                     logit(versus) is 0 on every run; give --versus the token the corrupted \
+                     prompt leads to, or leave it out to score the answer's log-probability",
+                    args.answer
+                );
+            }
+            Metric::LogitDiff { answer, versus }
+        }
         None => Metric::LogProb { answer },
     };
     let result = patch_sweeps(&trained.model, &clean, &corrupted, metric, &device)?;
+    let warning = too_close(&result);
+    if let Some(w) = &warning {
+        eprintln!("warning: {w}");
+    }
+    let labels = Labels {
+        clean: &clean,
+        corrupted: &corrupted,
+        tokenizer,
+    };
     let out = args.out.clone().unwrap_or_else(|| run.root.join("patch"));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let csv = out.join("patch.csv");
-    std::fs::write(&csv, patch_csv(&result, &corrupted, tokenizer))
+    std::fs::write(&csv, patch_csv(&result, &labels))
         .with_context(|| format!("writing {}", csv.display()))?;
-    let json = page_json(&args, &result, &corrupted, tokenizer);
+    let json = page_json(&args, &result, &labels, warning.as_deref());
     let json_path = out.join("patch.json");
     std::fs::write(&json_path, json.to_string() + "\n")
         .with_context(|| format!("writing {}", json_path.display()))?;
@@ -85,11 +102,7 @@ pub fn run(args: PatchArgs) -> Result<()> {
     for sweep in &result.sweeps {
         let png = out.join(format!("patch-{}.png", sweep.site));
         let rows: Vec<String> = (0..sweep.layers).map(|l| format!("layer {l}")).collect();
-        let columns: Vec<String> = if sweep.site == "head" {
-            (0..sweep.columns).map(|h| format!("head {h}")).collect()
-        } else {
-            corrupted.iter().map(|&id| shown(tokenizer, id)).collect()
-        };
+        let columns = labels.columns(sweep);
         let cells: Vec<String> = sweep.restored.iter().map(|r| format!("{r:.1}")).collect();
         let title = format!(
             "{}: share of the clean answer restored (0 corrupted, 1 clean)",
@@ -98,7 +111,7 @@ pub fn run(args: PatchArgs) -> Result<()> {
         heatmap_png(&png, &title, &rows, &columns, &sweep.restored, &cells)?;
         pictures.push(png);
     }
-    print!("{}", summary(&result, args.top, &corrupted, tokenizer));
+    print!("{}", summary(&result, args.top, &labels));
     eprintln!(
         "wrote {}, patch.json and {} pictures in {}",
         csv.display(),
@@ -113,12 +126,79 @@ pub fn run(args: PatchArgs) -> Result<()> {
     Ok(())
 }
 
+/// Below this gap between the clean and the corrupted metric (in nats, as both metrics are),
+/// shares restored are not worth reading. A share is a patch's effect divided by that gap.
+/// Under 1 nat the answer is less than e times likelier (against --versus, or at all) after
+/// the clean prompt than after the corrupted one: the prompts barely disagree about it, and
+/// a patch that moves the metric by a nat for reasons of its own reads as a share of several
+/// units (the README's old example: a gap of 0.16 and shares down to -14.8).
+const CLOSE_NATS: f64 = 1.0;
+
+/// The warning when the two runs' metrics are too close for shares to mean anything.
+fn too_close(result: &Patching) -> Option<String> {
+    let gap = result.clean - result.corrupted;
+    if gap.abs() >= CLOSE_NATS {
+        return None;
+    }
+    let largest = result
+        .sweeps
+        .iter()
+        .flat_map(|s| &s.restored)
+        .copied()
+        .max_by(|a, b| a.abs().total_cmp(&b.abs()))
+        .unwrap_or(0.0);
+    Some(format!(
+        "the metric is {:.4} on the clean prompt and {:.4} on the corrupted one, {:.4} apart, \
+         under {CLOSE_NATS} nat: the prompts barely disagree about the answer, and every share \
+         restored is divided by that gap (the largest here is {largest:+.1}); choose prompts \
+         whose next tokens differ, with --answer the clean one's and --versus the corrupted \
+         one's",
+        result.clean,
+        result.corrupted,
+        gap.abs()
+    ))
+}
+
+/// What a position is called: its clean token, and the corrupted one where they differ
+/// (`i/m`), so the labels say what the patched activation came from.
+struct Labels<'a> {
+    clean: &'a [u32],
+    corrupted: &'a [u32],
+    tokenizer: &'a Tokenizer,
+}
+
+impl Labels<'_> {
+    /// The clean token at `position`, and the corrupted one if it differs.
+    fn tokens(&self, position: usize) -> (String, Option<String>) {
+        let (c, k) = (self.clean[position], self.corrupted[position]);
+        let shown = |id| shown(self.tokenizer, id);
+        (shown(c), (c != k).then(|| shown(k)))
+    }
+
+    /// A column heading: `i/m` where the prompts differ, the one token where they agree.
+    fn column(&self, position: usize) -> String {
+        match self.tokens(position) {
+            (clean, Some(corrupted)) => format!("{clean}/{corrupted}"),
+            (clean, None) => clean,
+        }
+    }
+
+    /// Every column of `sweep`: heads, or positions.
+    fn columns(&self, sweep: &Sweep) -> Vec<String> {
+        if sweep.site == "head" {
+            (0..sweep.columns).map(|h| format!("head {h}")).collect()
+        } else {
+            (0..sweep.columns).map(|p| self.column(p)).collect()
+        }
+    }
+}
+
 /// `patch.json`: what the run's page draws (prompts, metric, every sweep with its labels).
 fn page_json(
     args: &PatchArgs,
     result: &Patching,
-    corrupted: &[u32],
-    tk: &Tokenizer,
+    labels: &Labels,
+    warning: Option<&str>,
 ) -> serde_json::Value {
     let metric = match &args.versus {
         Some(v) => format!("logit({:?}) - logit({v:?})", args.answer),
@@ -128,16 +208,11 @@ fn page_json(
         .sweeps
         .iter()
         .map(|s| {
-            let labels: Vec<String> = if s.site == "head" {
-                (0..s.columns).map(|h| format!("head {h}")).collect()
-            } else {
-                corrupted.iter().map(|&id| shown(tk, id)).collect()
-            };
             serde_json::json!({
                 "site": s.site,
                 "layers": s.layers,
                 "columns": s.columns,
-                "column_labels": labels,
+                "column_labels": labels.columns(s),
                 "metric": s.metric,
                 "restored": s.restored,
             })
@@ -149,6 +224,7 @@ fn page_json(
         "metric": metric,
         "clean": result.clean,
         "corrupted": result.corrupted,
+        "warning": warning,
         "sweeps": sweeps,
     })
 }
@@ -161,20 +237,22 @@ fn shown(tokenizer: &Tokenizer, id: u32) -> String {
         .replace('\t', "\\t")
 }
 
-/// Where a patch went: `layer 1 position 4 ("s")` or `layer 1 head 0`.
-fn place(site: &str, layer: usize, column: usize, corrupted: &[u32], tk: &Tokenizer) -> String {
+/// Where a patch went: `layer 1 position 4 ("s")`, `layer 1 position 7 ("i", corrupted
+/// "m")` or `layer 1 head 0`.
+fn place(site: &str, layer: usize, column: usize, labels: &Labels) -> String {
     if site == "head" {
-        format!("layer {layer} head {column}")
-    } else {
-        format!(
-            "layer {layer} position {column} ({:?})",
-            shown(tk, corrupted[column])
-        )
+        return format!("layer {layer} head {column}");
+    }
+    match labels.tokens(column) {
+        (clean, Some(corrupted)) => {
+            format!("layer {layer} position {column} ({clean:?}, corrupted {corrupted:?})")
+        }
+        (clean, None) => format!("layer {layer} position {column} ({clean:?})"),
     }
 }
 
 /// The two runs' metric and the largest effects, most restored first.
-fn summary(result: &Patching, top: usize, corrupted: &[u32], tk: &Tokenizer) -> String {
+fn summary(result: &Patching, top: usize, labels: &Labels) -> String {
     let mut s = format!(
         "metric: clean {:.4}, corrupted {:.4}\n",
         result.clean, result.corrupted
@@ -185,11 +263,7 @@ fn summary(result: &Patching, top: usize, corrupted: &[u32], tk: &Tokenizer) -> 
             let (l, c) = (i / sweep.columns, i % sweep.columns);
             effects.push((
                 *r,
-                format!(
-                    "{:<10}{}",
-                    sweep.site,
-                    place(sweep.site, l, c, corrupted, tk)
-                ),
+                format!("{:<10}{}", sweep.site, place(sweep.site, l, c, labels)),
             ));
         }
     }
@@ -201,18 +275,22 @@ fn summary(result: &Patching, top: usize, corrupted: &[u32], tk: &Tokenizer) -> 
     s
 }
 
-/// `patch.csv`: one row per site, layer and position (or head).
-fn patch_csv(result: &Patching, corrupted: &[u32], tk: &Tokenizer) -> String {
-    let mut s = String::from("site,layer,position_or_head,token,metric,restored\n");
+/// `patch.csv`: one row per site, layer and position (or head), with the clean prompt's
+/// token there and the corrupted one's.
+fn patch_csv(result: &Patching, labels: &Labels) -> String {
+    let mut s = String::from("site,layer,position_or_head,token,corrupted_token,metric,restored\n");
+    let quoted = |t: &str| format!("\"{}\"", t.replace('"', "\"\""));
     for sweep in &result.sweeps {
         for (i, (m, r)) in sweep.metric.iter().zip(&sweep.restored).enumerate() {
             let (l, c) = (i / sweep.columns, i % sweep.columns);
-            let token = if sweep.site == "head" {
-                String::new()
+            let tokens = if sweep.site == "head" {
+                ",".to_string()
             } else {
-                format!("\"{}\"", shown(tk, corrupted[c]).replace('"', "\"\""))
+                let (clean, corrupted) = labels.tokens(c);
+                let corrupted = corrupted.unwrap_or_else(|| clean.clone());
+                format!("{},{}", quoted(&clean), quoted(&corrupted))
             };
-            let _ = writeln!(s, "{},{l},{c},{token},{m:.6},{r:.6}", sweep.site);
+            let _ = writeln!(s, "{},{l},{c},{tokens},{m:.6},{r:.6}", sweep.site);
         }
     }
     s

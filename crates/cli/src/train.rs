@@ -83,6 +83,12 @@ pub fn run(args: TrainArgs) -> Result<()> {
         }
         None => {
             let (config, name) = resolve_config(&args)?;
+            // Only a config that will train: a bad one gets its one error line and no more.
+            if config.validate().is_ok() {
+                for line in config.train.warnings() {
+                    eprintln!("{line}");
+                }
+            }
             TrainOptions {
                 config,
                 out: args.out.clone().unwrap_or_else(|| fresh_run_dir(&name)),
@@ -95,6 +101,12 @@ pub fn run(args: TrainArgs) -> Result<()> {
         }
     };
     let summary = train(options, &mut observers())?;
+    let run = summary.run.display();
+    // The checkpoints and results are saved: a stop request from here on ends at once.
+    headlab_train::stop::nothing_at_stake(format!(
+        "interrupted after training: the run is complete and saved in {run}; `headlab heads \
+         {run}` makes its head table, `headlab report {run}` its page"
+    ));
     let grammar = summary.grammar.map_or(String::new(), |g| {
         format!(
             "; of {} sampled sentences {} well-formed, {} agreeing",
@@ -113,10 +125,15 @@ pub fn run(args: TrainArgs) -> Result<()> {
     );
     let r = &summary.result;
     let full = r.val_full_loss.map_or(String::new(), |loss| {
-        format!(
-            "; the whole val split ({} tokens, windows of {}): {loss:.4}",
-            r.val_full_tokens, r.block_size
-        )
+        let what = if r.val_full_tokens + 1 >= r.val_split_tokens {
+            format!("the whole val split ({} tokens", r.val_full_tokens)
+        } else {
+            format!(
+                "the val split's first {} of {} tokens (train.final_eval_tokens",
+                r.val_full_tokens, r.val_split_tokens
+            )
+        };
+        format!("; {what}, windows of {}): {loss:.4}", r.block_size)
     });
     eprintln!(
         "compute: {:.2} TFLOP (6N + 12LdT = {:.2} MFLOP per token, {} tokens) in {:.1} s of \
@@ -126,7 +143,16 @@ pub fn run(args: TrainArgs) -> Result<()> {
         r.tokens,
         r.train_s
     );
+    if summary.stopped {
+        crate::report::tell(&report_run(&summary.run)?);
+        return Err(headlab_train::TrainError::InterruptedAfterTraining {
+            step: r.steps,
+            run: summary.run.clone(),
+        }
+        .into());
+    }
     // The final model's head table, then the page that shows it with the rest of the run.
+    headlab_train::stop::test_point(format_args!("heads"));
     let heads = HeadsArgs {
         run: summary.run.clone(),
         text: None,
@@ -137,8 +163,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
             checkpoint: Checkpoint::Last,
         },
     };
-    if let Err(e) = crate::heads::write(&heads) {
-        eprintln!("note: the head table was not made: {e:#}");
+    match crate::heads::write(&heads, Some(summary.dataset)) {
+        Ok((_, _, Some(syntax))) => eprintln!("{}", crate::syntax::one_line(&syntax)),
+        Ok(_) => {}
+        Err(e) => eprintln!("note: the head table was not made: {e:#}"),
     }
     crate::report::tell(&report_run(&summary.run)?);
     Ok(())

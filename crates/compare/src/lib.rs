@@ -267,8 +267,11 @@ struct Run {
     device_reserved_mib: Option<f64>,
 }
 
-/// Trains `steps` steps on `device` from the weights in `init`, as `headlab train` would.
+/// Trains `steps` steps on `device` from the weights in `init`, as `headlab train` would,
+/// saying how long each took (`name`'s first step on a GPU backend compiles its kernels:
+/// minutes on a CPU adapter, which would otherwise pass in silence).
 fn run_backend(
+    name: &str,
     config: &RunConfig,
     gpt: &GptConfig,
     data: &Dataset,
@@ -300,6 +303,7 @@ fn run_backend(
     let (mut losses, mut phases) = (Vec::new(), Vec::new());
     let mut device_reserved: Option<u64> = None;
     for it in 0..steps {
+        let started = std::time::Instant::now();
         let (next, step) = take_step(model, &mut optim, data, tc, it, &device, true, |m, g, _| {
             if it == 0 {
                 measured.grads = gradient_values(m, &g.grads);
@@ -313,6 +317,12 @@ fn run_backend(
             device_reserved = Some(device_reserved.unwrap_or(0).max(usage.bytes_reserved));
         }
         let g = &step.gradients;
+        eprintln!(
+            "compare: {name}: step {}/{steps}, loss {:.4}, {:.1} s",
+            it + 1,
+            g.loss,
+            started.elapsed().as_secs_f64()
+        );
         losses.push(g.loss);
         let optimizer = g.norm_s + step.update_s;
         phases.push([g.forward_s * 1e3, g.backward_s * 1e3, optimizer * 1e3]);
@@ -519,8 +529,13 @@ fn run_candidate(
         }
     };
     eprintln!("compare: {name}: {steps} steps");
+    if device.identity().is_some() {
+        eprintln!(
+            "compare: {name}: the first step compiles and tunes its kernels (seconds on a GPU, minutes on a CPU adapter)"
+        );
+    }
     let run = headlab_kernels::with_kernels(kernels, || {
-        run_backend(config, gpt, data, init, device, steps)
+        run_backend(&name, config, gpt, data, init, device, steps)
     })
     .map_err(|source| CompareError::Run {
         backend: name.clone(),

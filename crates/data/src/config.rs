@@ -67,8 +67,8 @@ pub enum DataConfigError {
     Zero {
         /// The offending key.
         field: &'static str,
-        /// Its default.
-        default: &'static str,
+        /// Its default (read from [`DataConfig::default`]).
+        default: String,
     },
     /// A number outside its range.
     #[error("data.{field} = {value} is out of range: it must be {expected}")]
@@ -122,12 +122,16 @@ impl DataConfig {
 
     /// Checks every key without reading any file.
     pub fn validate(&self) -> Result<(), DataConfigError> {
+        let d = DataConfig::default();
         for (field, value, default) in [
-            ("builtin_chars", self.builtin_chars, "200000"),
-            ("induction_len", self.induction_len, "16"),
+            ("builtin_chars", self.builtin_chars, d.builtin_chars),
+            ("induction_len", self.induction_len, d.induction_len),
         ] {
             if value == 0 {
-                return Err(DataConfigError::Zero { field, default });
+                return Err(DataConfigError::Zero {
+                    field,
+                    default: default.to_string(),
+                });
             }
         }
         if !(self.val_fraction > 0.0 && self.val_fraction < 1.0) {

@@ -356,6 +356,21 @@ pub fn well_formed(sentence: &str) -> bool {
 
 /// [`parse_sentence`], checking agreement only when `numbers`.
 fn parse(sentence: &str, numbers: bool) -> Result<Parse, GrammarError> {
+    parse_parts(sentence, numbers).map(|(parse, _)| parse)
+}
+
+/// Where the parser found a sentence's noun phrases and verbs, as word indices (words split
+/// on whitespace, the final "." left out): what `crate::syntax` turns into dependencies.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Parts {
+    /// `(determiner, noun)` of every noun phrase, in order: the subject's first.
+    pub phrases: Vec<(usize, usize)>,
+    /// Every verb, in order: a relative clause's before the main verb.
+    pub verbs: Vec<usize>,
+}
+
+/// [`parse`], also returning the [`Parts`] it found.
+pub(crate) fn parse_parts(sentence: &str, numbers: bool) -> Result<(Parse, Parts), GrammarError> {
     let sentence = sentence.trim();
     let sentence = sentence.strip_suffix('.').unwrap_or(sentence);
     let words: Vec<&str> = sentence.split_whitespace().collect();
@@ -363,6 +378,7 @@ fn parse(sentence: &str, numbers: bool) -> Result<Parse, GrammarError> {
         words: &words,
         i: 0,
         numbers,
+        parts: Parts::default(),
     };
 
     let subject_plural = p.noun_phrase()?;
@@ -412,11 +428,14 @@ fn parse(sentence: &str, numbers: bool) -> Result<Parse, GrammarError> {
     } else {
         SentenceKind::Intransitive
     });
-    Ok(Parse {
-        kind,
-        subject_plural,
-        main_verb,
-    })
+    Ok((
+        Parse {
+            kind,
+            subject_plural,
+            main_verb,
+        },
+        p.parts,
+    ))
 }
 
 /// True when `sentence` is in the grammar and every verb agrees with its subject.
@@ -437,7 +456,7 @@ fn determiner_number(word: &str) -> Option<Option<bool>> {
 }
 
 /// The number of `word` if it is one of the forms in `list`.
-fn inflection(list: &[Inflected], word: &str) -> Option<bool> {
+pub(crate) fn inflection(list: &[Inflected], word: &str) -> Option<bool> {
     list.iter().find_map(|x| {
         if x.singular == word {
             Some(false)
@@ -454,6 +473,8 @@ struct Parser<'a> {
     i: usize,
     /// Whether a word of the wrong number is an error.
     numbers: bool,
+    /// What was found so far.
+    parts: Parts,
 }
 
 impl<'a> Parser<'a> {
@@ -496,6 +517,7 @@ impl<'a> Parser<'a> {
             word: noun.to_string(),
             expected: "a noun",
         })?;
+        self.parts.phrases.push((det_index, index));
         match det {
             Some(det_plural) if det_plural != plural && self.numbers => {
                 Err(GrammarError::Disagreement {
@@ -544,6 +566,7 @@ impl<'a> Parser<'a> {
                 subject,
             });
         }
+        self.parts.verbs.push(index);
         Ok(transitive)
     }
 

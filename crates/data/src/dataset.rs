@@ -11,6 +11,7 @@ use rand::Rng;
 
 use crate::config::{DataConfig, DataConfigError, DataSource};
 use crate::corpus::BuiltinCorpus;
+use crate::ids::TokenIds;
 use crate::tokenizer::{DEFAULT_BPE_VOCAB, Tokenizer, TokenizerError, TokenizerKind};
 
 /// Which part of the data.
@@ -111,8 +112,8 @@ pub fn bits_per_char(total_nats: f64, n_chars: usize) -> f64 {
 #[derive(Debug, Clone)]
 pub struct Dataset {
     tokenizer: Tokenizer,
-    train: Vec<u32>,
-    val: Vec<u32>,
+    train: TokenIds,
+    val: TokenIds,
     /// Characters of text in each split (see [`Tokenizer::char_count`]).
     chars: [usize; 2],
     description: String,
@@ -172,23 +173,45 @@ impl Dataset {
         let description = description.into();
         check_val_fraction(val_fraction)?;
         let encode = |text: &str| {
-            tokenizer
-                .encode(text)
-                .map_err(|source| DataError::Tokenize {
-                    source_name: description.clone(),
-                    source,
-                })
+            encode_shown(&tokenizer, text).map_err(|source| DataError::Tokenize {
+                source_name: description.clone(),
+                source,
+            })
         };
-        let (train, val) = if tokenizer.kind() == TokenizerKind::Bpe {
-            let (train, val) = split_text(text, val_fraction);
-            (encode(train)?, encode(val)?)
-        } else {
-            let mut train = encode(text)?;
-            let n_train = train_len(train.len(), val_fraction);
-            let val = train.split_off(n_train);
-            (train, val)
+        // Each split is encoded on its own, into storage of its own size: never the whole
+        // text's ids and then a copy of a part.
+        let (train, val) = match tokenizer.kind() {
+            TokenizerKind::Bpe => {
+                let (train, val) = split_text(text, val_fraction);
+                (encode(train)?, encode(val)?)
+            }
+            TokenizerKind::Char => {
+                let (train, val) = split_text(text, val_fraction);
+                // A character the vocabulary lacks is named by its place in the whole text.
+                match (encode(train), encode(val)) {
+                    (Ok(train), Ok(val)) => (train, val),
+                    (Err(e), _) | (_, Err(e)) => {
+                        return Err(tokenizer.encode(text).err().map_or(e, |source| {
+                            DataError::Tokenize {
+                                source_name: description.clone(),
+                                source,
+                            }
+                        }));
+                    }
+                }
+            }
+            // A byte split may fall inside a character: the ids are the bytes.
+            TokenizerKind::Byte => {
+                let bytes = text.as_bytes();
+                let (train, val) = bytes.split_at(train_len(bytes.len(), val_fraction));
+                let ids = |part: &[u8]| TokenIds::U16(part.iter().map(|&b| u16::from(b)).collect());
+                (ids(train), ids(val))
+            }
         };
-        let chars = [tokenizer.char_count(&train), tokenizer.char_count(&val)];
+        let chars = [
+            tokenizer.char_count_of(&train),
+            tokenizer.char_count_of(&val),
+        ];
         Ok(Self {
             tokenizer,
             train,
@@ -249,7 +272,8 @@ impl Dataset {
         &self.description
     }
 
-    pub fn tokens(&self, split: Split) -> &[u32] {
+    /// The ids of `split`.
+    pub fn tokens(&self, split: Split) -> &TokenIds {
         match split {
             Split::Train => &self.train,
             Split::Val => &self.val,
@@ -316,11 +340,62 @@ impl Dataset {
         let mut y = Vec::with_capacity(batch_size * block_size);
         for _ in 0..batch_size {
             let start = rng.random_range(0..data.len() - block_size);
-            x.extend_from_slice(&data[start..start + block_size]);
-            y.extend_from_slice(&data[start + 1..start + 1 + block_size]);
+            data.extend_into(start..start + block_size, &mut x);
+            data.extend_into(start + 1..start + 1 + block_size, &mut y);
         }
         Ok((x, y))
     }
+}
+
+/// Texts from this many bytes on show how their tokenisation goes: a bar on a terminal, a line
+/// when it starts and one when it ends elsewhere (a log, a CI job).
+const SHOW_PROGRESS_BYTES: usize = 16 << 20;
+
+/// `text`'s ids, two bytes each where the vocabulary allows, with progress for a large text.
+fn encode_shown(tokenizer: &Tokenizer, text: &str) -> Result<TokenIds, TokenizerError> {
+    // Chars and bytes: at most one token per byte. A BPE's tokens average more than two
+    // bytes; the vector grows if not.
+    let capacity = match tokenizer.kind() {
+        TokenizerKind::Bpe => text.len() / 2,
+        _ => text.len(),
+    };
+    let mut ids = TokenIds::for_vocab(tokenizer.vocab_size(), capacity);
+    if text.len() < SHOW_PROGRESS_BYTES {
+        tokenizer.encode_into(text, &mut ids, &mut |_| {})?;
+        ids.shrink_to_fit();
+        return Ok(ids);
+    }
+    let started = std::time::Instant::now();
+    let what = format!(
+        "tokenizing {:.0} MB of text ({} tokenizer)",
+        text.len() as f64 / 1e6,
+        tokenizer.kind()
+    );
+    let bar = if std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        let bar = indicatif::ProgressBar::new(text.len() as u64);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} {bar:30.cyan/blue} {binary_bytes}/{binary_total_bytes} [{elapsed}<{eta}]",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        bar.set_message(what.clone());
+        bar
+    } else {
+        eprintln!("headlab: {what}");
+        indicatif::ProgressBar::hidden()
+    };
+    tokenizer.encode_into(text, &mut ids, &mut |done| bar.set_position(done as u64))?;
+    bar.finish_and_clear();
+    ids.shrink_to_fit();
+    eprintln!(
+        "headlab: {} tokens in {:.1} s ({} bytes each)",
+        ids.len(),
+        started.elapsed().as_secs_f64(),
+        ids.id_bytes()
+    );
+    Ok(ids)
 }
 
 /// Tokens in the training split: `int(n * (1 - val_fraction))`, nanoGPT's
@@ -390,6 +465,10 @@ pub fn read_text(path: &Path) -> Result<String, DataError> {
 
 #[cfg(test)]
 mod tests {
+    /// The ids of a split as a plain vector.
+    fn ids(d: &Dataset, split: Split) -> Vec<u32> {
+        d.tokens(split).to_vec(0..d.len(split))
+    }
     use super::*;
     use rand::SeedableRng;
     use rand::rngs::StdRng;
@@ -408,6 +487,34 @@ mod tests {
     }
 
     #[test]
+    fn ids_take_two_bytes_each_and_split_as_a_whole_encoding_would() {
+        let text: String = (0..5000)
+            .map(|i| char::from(b'a' + (i * 7 % 26) as u8))
+            .collect();
+        for kind in TokenizerKind::ALL {
+            let d = Dataset::from_text(&text, kind, 0.1, "letters").unwrap();
+            // The reference: the whole text encoded, cut like nanoGPT's `data[:int(n*0.9)]`
+            // (a BPE cuts the text there, by characters, and encodes each part).
+            let whole = d.tokenizer().encode(&text).unwrap();
+            let (train, val) = match kind {
+                TokenizerKind::Bpe => {
+                    let (a, b) = split_text(&text, 0.1);
+                    (
+                        d.tokenizer().encode(a).unwrap(),
+                        d.tokenizer().encode(b).unwrap(),
+                    )
+                }
+                _ => (whole[..4500].to_vec(), whole[4500..].to_vec()),
+            };
+            assert_eq!(ids(&d, Split::Train), train, "{kind}");
+            assert_eq!(ids(&d, Split::Val), val, "{kind}");
+            for split in Split::ALL {
+                assert_eq!(d.tokens(split).id_bytes(), 2, "{kind}");
+            }
+        }
+    }
+
+    #[test]
     fn split_is_nanogpt_90_10() {
         // nanoGPT's prepare.py on tiny-shakespeare: "train has 1,003,854 tokens",
         // "val has 111,540 tokens".
@@ -417,8 +524,8 @@ mod tests {
 
         let text = "abcdefghij";
         let d = Dataset::from_text(text, TokenizerKind::Char, 0.1, "t").unwrap();
-        assert_eq!(d.tokenizer().decode(d.tokens(Split::Train)), "abcdefghi");
-        assert_eq!(d.tokenizer().decode(d.tokens(Split::Val)), "j");
+        assert_eq!(d.tokenizer().decode(&ids(&d, Split::Train)), "abcdefghi");
+        assert_eq!(d.tokenizer().decode(&ids(&d, Split::Val)), "j");
     }
 
     #[test]
@@ -433,7 +540,7 @@ mod tests {
         assert_eq!(d.tokenizer().decode(&[0, 1]), "\n ");
         // "First Citizen" as in nanoGPT / Karpathy's "Let's build GPT".
         assert_eq!(
-            &d.tokens(Split::Train)[..13],
+            &ids(&d, Split::Train)[..13],
             &[18, 47, 56, 57, 58, 1, 15, 47, 58, 47, 64, 43, 52]
         );
     }
@@ -492,7 +599,7 @@ mod tests {
         let vocab = d.tokenizer().vocab_size();
         // 26 letters at most, plus '|' and '\n'.
         assert!((20..=28).contains(&vocab), "{vocab}");
-        let all = [d.tokens(Split::Train), d.tokens(Split::Val)].concat();
+        let all = [ids(&d, Split::Train), ids(&d, Split::Val)].concat();
         assert_eq!(d.tokenizer().decode(&all), crate::corpus::copy(3, 2_000, 8));
 
         let mut section = DataConfig {
@@ -525,8 +632,8 @@ mod tests {
         assert_eq!(tok.kind(), TokenizerKind::Bpe);
         assert!(tok.vocab_size() <= 320);
         // Splits are the character split, encoded separately.
-        assert_eq!(tok.decode(d.tokens(Split::Train)), train_text);
-        assert_eq!(tok.decode(d.tokens(Split::Val)), val_text);
+        assert_eq!(tok.decode(&ids(&d, Split::Train)), train_text);
+        assert_eq!(tok.decode(&ids(&d, Split::Val)), val_text);
         assert_eq!(d.chars(Split::Train), train_text.chars().count());
         assert_eq!(d.chars(Split::Val), val_text.chars().count());
         assert!(
@@ -545,8 +652,8 @@ mod tests {
         }
         // A run directory's tokenizer gives the same tokens again (resume, eval).
         let again = Dataset::with_tokenizer(&text, tok.clone(), 0.1, "t").unwrap();
-        assert_eq!(again.tokens(Split::Train), d.tokens(Split::Train));
-        assert_eq!(again.tokens(Split::Val), d.tokens(Split::Val));
+        assert_eq!(ids(&again, Split::Train), ids(&d, Split::Train));
+        assert_eq!(ids(&again, Split::Val), ids(&d, Split::Val));
     }
 
     #[test]
@@ -572,7 +679,7 @@ mod tests {
         };
         let d = Dataset::from_config(&section, 1).unwrap();
         assert_eq!(d.tokenizer().vocab_size(), 270);
-        let all = [d.tokens(Split::Train), d.tokens(Split::Val)].concat();
+        let all = [ids(&d, Split::Train), ids(&d, Split::Val)].concat();
         assert_eq!(d.tokenizer().decode(&all), crate::corpus::grammar(1, 5_000));
         let section = DataConfig {
             vocab_size: 10,
@@ -607,7 +714,7 @@ mod tests {
     #[test]
     fn batches_are_shifted_contiguous_windows() {
         let d = distinct_dataset(200);
-        let data = d.tokens(Split::Train);
+        let data = ids(&d, Split::Train);
         let (b, t) = (16, 10);
         let mut rng = StdRng::seed_from_u64(0);
         let (x, y) = d.sample_batch(Split::Train, b, t, &mut rng).unwrap();
@@ -619,7 +726,7 @@ mod tests {
             assert_eq!(xr, &data[start..start + t]);
             assert_eq!(yr, &data[start + 1..start + t + 1]);
         }
-        let val_tokens = d.tokens(Split::Val);
+        let val_tokens = ids(&d, Split::Val);
         let (xv, _) = d.sample_batch(Split::Val, 4, 5, &mut rng).unwrap();
         assert!(xv.iter().all(|v| val_tokens.contains(v)));
     }
@@ -634,7 +741,7 @@ mod tests {
         assert_eq!(draw(1), draw(1));
         assert_ne!(draw(1), draw(2));
 
-        let data = d.tokens(Split::Train);
+        let data = ids(&d, Split::Train);
         let mut rng = StdRng::seed_from_u64(7);
         let mut starts = std::collections::HashSet::new();
         for _ in 0..200 {
@@ -673,8 +780,8 @@ mod tests {
         for split in [Split::Train, Split::Val] {
             assert_eq!(bpe.chars(split), chars.len(split));
             assert_eq!(
-                bpe.tokenizer().decode(bpe.tokens(split)),
-                chars.tokenizer().decode(chars.tokens(split))
+                bpe.tokenizer().decode(&ids(&bpe, split)),
+                chars.tokenizer().decode(&ids(&chars, split))
             );
         }
         assert_eq!(bpe.chars(Split::Val), 111_540);

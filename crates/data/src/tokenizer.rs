@@ -14,6 +14,8 @@ use std::str::FromStr;
 use std::sync::LazyLock;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::ids::TokenIds;
 use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
 use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -58,6 +60,8 @@ pub const DEFAULT_BPE_VOCAB: usize = 1024;
 pub const MIN_BPE_VOCAB: usize = 256;
 /// The largest BPE vocabulary headlab trains.
 pub const MAX_BPE_VOCAB: usize = 65_536;
+/// Bytes of text [`Tokenizer::encode_into`] encodes between two progress reports.
+const ENCODE_PIECE: usize = 1 << 20;
 /// BPE training text from this many bytes on says so, and shows progress bars on a terminal.
 const BPE_PROGRESS_BYTES: usize = 500_000;
 
@@ -196,9 +200,23 @@ pub enum Tokenizer {
 impl Tokenizer {
     /// A char tokenizer whose vocabulary is the sorted distinct characters of `corpus`.
     pub fn char_from_corpus(corpus: &str) -> Result<Self, TokenizerError> {
-        let mut chars: Vec<char> = corpus.chars().collect();
-        chars.sort_unstable();
-        chars.dedup();
+        // A set, not a list of every character: a large text would need four bytes per
+        // character for it.
+        let mut ascii = [false; 128];
+        let mut other = std::collections::BTreeSet::new();
+        for ch in corpus.chars() {
+            match ascii.get_mut(ch as usize) {
+                Some(seen) => *seen = true,
+                None => {
+                    other.insert(ch);
+                }
+            }
+        }
+        let chars: Vec<char> = (0u8..128)
+            .filter(|&b| ascii[usize::from(b)])
+            .map(char::from)
+            .chain(other)
+            .collect();
         let vocab = CharVocab::try_from(chars).map_err(|_| TokenizerError::EmptyCorpus)?;
         Ok(Tokenizer::Char { vocab })
     }
@@ -420,6 +438,80 @@ impl Tokenizer {
         }
     }
 
+    /// Encodes `text` onto the end of `out`, a piece at a time (no second copy of a large
+    /// text's ids), telling `progress` how many bytes of `text` are done after each piece.
+    /// The same ids and the same errors as [`Tokenizer::encode`].
+    pub fn encode_into(
+        &self,
+        text: &str,
+        out: &mut TokenIds,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<(), TokenizerError> {
+        self.encode_in_pieces(text, out, ENCODE_PIECE, progress)
+    }
+
+    /// [`Tokenizer::encode_into`] with pieces of about `piece` bytes (or ids).
+    fn encode_in_pieces(
+        &self,
+        text: &str,
+        out: &mut TokenIds,
+        piece: usize,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<(), TokenizerError> {
+        match self {
+            Tokenizer::Char { vocab } => {
+                let ascii: Vec<Option<u32>> = (0u8..128).map(|b| vocab.id(char::from(b))).collect();
+                let mut ids = Vec::with_capacity(piece.min(text.len()));
+                for (index, (at, ch)) in text.char_indices().enumerate() {
+                    let id = match ascii.get(ch as usize) {
+                        Some(id) => *id,
+                        None => vocab.id(ch),
+                    };
+                    match id {
+                        Some(id) => ids.push(id),
+                        None => return Err(unknown_char(text, index, ch, vocab.chars.len())),
+                    }
+                    if ids.len() == piece {
+                        out.push_all(&ids);
+                        ids.clear();
+                        progress(at + ch.len_utf8());
+                    }
+                }
+                out.push_all(&ids);
+            }
+            Tokenizer::Byte => {
+                for (i, bytes) in text.as_bytes().chunks(piece).enumerate() {
+                    let ids: Vec<u32> = bytes.iter().map(|&b| u32::from(b)).collect();
+                    out.push_all(&ids);
+                    progress(i * piece + bytes.len());
+                }
+            }
+            // An imported BPE encodes a text whole: its tokens may cross lines.
+            Tokenizer::Bpe {
+                whole_text: true, ..
+            } => out.push_all(&self.encode(text)?),
+            // Pieces end after a newline, as the lines the BPE encodes do, so the ids are the
+            // same.
+            Tokenizer::Bpe { .. } => {
+                let mut start = 0;
+                while start < text.len() {
+                    // Searched as bytes: `start + piece` may fall inside a character, and
+                    // a newline byte is never part of one, so the cut is a boundary.
+                    let from = (start + piece).min(text.len());
+                    let end = text.as_bytes()[from..]
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .map_or(text.len(), |i| from + i + 1);
+                    out.push_all(&self.encode(&text[start..end])?);
+                    progress(end);
+                    start = end;
+                }
+            }
+        }
+        progress(text.len());
+        Ok(())
+    }
+
     /// Decodes ids to text. Byte sequences that are not UTF-8 (a model can emit them)
     /// decode lossily; ids outside the vocabulary become U+FFFD.
     pub fn decode(&self, ids: &[u32]) -> String {
@@ -473,15 +565,22 @@ impl Tokenizer {
     /// starts it). Ids outside the vocabulary count as one character (U+FFFD). This is the
     /// denominator of bits per character, so models with different tokenizers compare.
     pub fn char_count(&self, ids: &[u32]) -> usize {
+        self.chars_of(ids.iter().copied())
+    }
+
+    /// [`Tokenizer::char_count`] of stored ids.
+    pub fn char_count_of(&self, ids: &TokenIds) -> usize {
+        self.chars_of(ids.iter())
+    }
+
+    fn chars_of(&self, ids: impl Iterator<Item = u32>) -> usize {
         match self {
-            Tokenizer::Char { .. } => ids.len(),
+            Tokenizer::Char { .. } => ids.count(),
             Tokenizer::Byte => ids
-                .iter()
-                .filter(|&&id| u8::try_from(id).map_or(true, starts_char))
+                .filter(|&id| u8::try_from(id).map_or(true, starts_char))
                 .count(),
             Tokenizer::Bpe { huggingface, .. } => ids
-                .iter()
-                .map(|&id| {
+                .map(|id| {
                     huggingface
                         .token_bytes(id)
                         .map_or(1, |b| b.iter().filter(|&&b| starts_char(b)).count())
@@ -1095,6 +1194,50 @@ mod tests {
             out += &d.push(&t.decode_token_bytes(&[id]));
         }
         assert_eq!(out + &d.finish(), "€");
+    }
+
+    #[test]
+    fn encoding_in_pieces_gives_the_ids_of_encoding_whole() {
+        let text = "the cats near the dog sing.\nthé dog sees\n\nà la\nend";
+        let char_vocab = {
+            // nanoGPT's `sorted(list(set(text)))`, written out.
+            let mut chars: Vec<char> = text.chars().collect();
+            chars.sort();
+            chars.dedup();
+            chars
+        };
+        let chars = Tokenizer::char_from_corpus(text).unwrap();
+        match &chars {
+            Tokenizer::Char { vocab } => assert_eq!(vocab.chars(), char_vocab),
+            other => panic!("{other:?}"),
+        }
+        let bpe = Tokenizer::train_bpe(&text.repeat(20), 300).unwrap();
+        for tokenizer in [chars, Tokenizer::byte(), bpe] {
+            let whole = tokenizer.encode(text).unwrap();
+            for piece in [1, 2, 3, 7, 64, 1 << 20] {
+                for vocab in [256, 70_000] {
+                    let mut ids = TokenIds::for_vocab(vocab, 0);
+                    let mut done = Vec::new();
+                    tokenizer
+                        .encode_in_pieces(text, &mut ids, piece, &mut |d| done.push(d))
+                        .unwrap();
+                    let got: Vec<u32> = ids.iter().collect();
+                    assert_eq!(got, whole, "{} in pieces of {piece}", tokenizer.kind());
+                    assert!(done.windows(2).all(|w| w[0] <= w[1]), "{done:?}");
+                    assert_eq!(done.last(), Some(&text.len()));
+                }
+            }
+        }
+        // An unknown character is named by its place in the whole text, as `encode` does.
+        let known = Tokenizer::char_from_corpus("abc ").unwrap();
+        let mut ids = TokenIds::for_vocab(4, 0);
+        let err = known
+            .encode_in_pieces("abc abc x", &mut ids, 2, &mut |_| {})
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            known.encode("abc abc x").unwrap_err().to_string()
+        );
     }
 
     #[test]

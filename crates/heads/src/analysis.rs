@@ -6,20 +6,19 @@
 //!   duplicate-token scores, and the loss on the repeated half);
 //! - held-out val batches (ablation and gradient importance).
 //!
-//! The score definitions live in [`crate::scores`].
+//! The probes live in [`crate::probe`], the score definitions in [`crate::scores`].
 
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use headlab_data::{DataError, Dataset, Split, Tokenizer, batch_tensors, ids_tensor, mix_seed};
+use headlab_data::{Tokenizer, batch_tensors, ids_tensor};
 use headlab_kernels::to_host;
 use headlab_model::{ForwardOptions, Gpt, cross_entropy};
-use rand::rngs::StdRng;
-use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 use headlab_train::eval::LossSum;
 
 use crate::composition::{CompositionTable, composition_table};
 use crate::detector::{DetectorRow, detector_rows};
+use crate::probe::Probe;
 use crate::scores::{HeadLabel, Pattern, label};
 
 /// Everything measured about one head.
@@ -36,116 +35,10 @@ pub struct HeadRow {
     pub grad_importance: f64,
     /// The head's role.
     pub label: HeadLabel,
-}
-
-/// The fixed inputs head scores are measured on.
-#[derive(Debug, Clone)]
-pub struct Probe {
-    /// Text windows, row-major `[n_text, t_text]`.
-    pub text: Vec<u32>,
-    /// Rows and length of `text`.
-    pub text_shape: (usize, usize),
-    /// Repeated random sequences `[n_rep, 1 + 2 * period]`, `period = min((block - 1) / 2, 16)`.
-    pub repeated: Vec<u32>,
-    /// Rows of `repeated`.
-    pub n_repeated: usize,
-    /// Length of the random half.
-    pub period: usize,
-    /// Held-out `(x, y)` batches, each `[batch, block]`.
-    pub held_out: Vec<(Vec<u32>, Vec<u32>)>,
-    /// Batch size of `held_out`.
-    pub batch: usize,
-}
-
-impl Probe {
-    /// Probes for a model of context `block_size` on `data`, seeded.
-    ///
-    /// `text` overrides the text windows with one given sequence (cropped to `block_size`).
-    pub fn new(
-        data: &Dataset,
-        block_size: usize,
-        vocab_size: usize,
-        text: Option<Vec<u32>>,
-        seed: u64,
-    ) -> Result<Self, DataError> {
-        let mut rng = probe_rng(seed);
-        let (text, text_shape) = match text {
-            Some(ids) => cropped(ids, block_size),
-            None => {
-                let (x, _) = data.sample_batch(Split::Val, 8, block_size, &mut rng)?;
-                (x, (8, block_size))
-            }
-        };
-        let mut probe = Self::without_data(text, text_shape, block_size, vocab_size, &mut rng);
-        probe.held_out = (0..4)
-            .map(|_| data.sample_batch(Split::Val, probe.batch, block_size, &mut rng))
-            .collect::<Result<_, _>>()?;
-        Ok(probe)
-    }
-
-    /// Probes without a dataset: the given text (cropped to `block_size`) and repeated random
-    /// sequences, no held-out batches, so [`analyze`] leaves ablation and importance NaN. For
-    /// `headlab heads --text` on a run whose data is not at hand.
-    pub fn from_text(block_size: usize, vocab_size: usize, text: Vec<u32>, seed: u64) -> Self {
-        let (text, text_shape) = cropped(text, block_size);
-        let mut rng = probe_rng(seed);
-        Self::without_data(text, text_shape, block_size, vocab_size, &mut rng)
-    }
-
-    /// The text windows given, the repeated sequences drawn from `rng`, no held-out batches.
-    fn without_data(
-        text: Vec<u32>,
-        text_shape: (usize, usize),
-        block_size: usize,
-        vocab_size: usize,
-        rng: &mut StdRng,
-    ) -> Self {
-        // Runs of 16 (fewer in short contexts): the scale of the induction corpus's runs.
-        let period = ((block_size - 1) / 2).min(16);
-        let n_repeated = 8;
-        Self {
-            text,
-            text_shape,
-            repeated: repeated_sequences(rng, n_repeated, period, vocab_size),
-            n_repeated,
-            period,
-            held_out: Vec::new(),
-            batch: 8,
-        }
-    }
-
-    /// Length of each repeated sequence.
-    pub fn repeated_len(&self) -> usize {
-        1 + 2 * self.period
-    }
-}
-
-/// The probes' random stream for a run's seed.
-fn probe_rng(seed: u64) -> StdRng {
-    StdRng::seed_from_u64(mix_seed(seed, 0, 0x4845_4144))
-}
-
-/// One text window: `ids` cut to `block_size`, with its shape.
-fn cropped(ids: Vec<u32>, block_size: usize) -> (Vec<u32>, (usize, usize)) {
-    let ids = ids[..ids.len().min(block_size)].to_vec();
-    let n = ids.len();
-    (ids, (1, n))
-}
-
-/// `rows` sequences of a random token then a random half of `period` tokens twice,
-/// row-major.
-fn repeated_sequences(rng: &mut StdRng, rows: usize, period: usize, vocab: usize) -> Vec<u32> {
-    let mut repeated = Vec::with_capacity(rows * (1 + 2 * period));
-    for _ in 0..rows {
-        let first = rng.random_range(0..vocab as u32);
-        let half: Vec<u32> = (0..period)
-            .map(|_| rng.random_range(0..vocab as u32))
-            .collect();
-        repeated.push(first);
-        repeated.extend_from_slice(&half);
-        repeated.extend_from_slice(&half);
-    }
-    repeated
+    /// The syntactic relations the head tracks on a grammar run's val sentences
+    /// ([`crate::syntax::syntax_roles`]: `subject`, `determiner`, ...); empty on other text.
+    #[serde(default)]
+    pub roles: Vec<String>,
 }
 
 fn ids(v: &[u32], rows: usize, cols: usize, device: &Device) -> Tensor<2, Int> {
@@ -311,6 +204,7 @@ pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
                 ablation_mean: f64::NAN,
                 grad_importance: f64::NAN,
                 label: label_of(&p),
+                roles: Vec::new(),
                 scores: p,
             })
             .collect();
@@ -355,6 +249,7 @@ pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
                 ablation_mean: held_out_loss(model, probe, &mean, device) - base,
                 grad_importance: importance[layer * n_heads + head],
                 label: label_of(&p),
+                roles: Vec::new(),
                 scores: p,
             }
         })
@@ -463,7 +358,10 @@ pub fn head_report(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::probe::probe_rng;
     use headlab_model::GptConfig;
+    use rand::Rng;
+    use rand::rngs::StdRng;
 
     /// A seeded 2-layer, 2-head model and a probe with two held-out batches of random ids.
     fn model_and_probe() -> (Gpt, Probe, Device) {

@@ -21,7 +21,7 @@ use headlab_kernels::to_host;
 use headlab_model::{ForwardOptions, Gpt};
 use serde::Serialize;
 
-use crate::analysis::Probe;
+use crate::probe::Probe;
 
 /// What a head is checked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -2,7 +2,9 @@
 //!
 //! - [`scores`]: score definitions on one attention pattern (previous-token, induction,
 //!   duplicate-token, first-token, distance, entropy) and the labels drawn from them.
-//! - [`analysis`]: fixed probes, pattern scores, zero and mean ablation, gradient importance,
+//! - [`probe`]: the fixed inputs heads are measured on (text windows, repeated random
+//!   sequences, held-out batches).
+//! - [`analysis`]: pattern scores, zero and mean ablation, gradient importance,
 //!   and the head table of a checkpoint.
 //! - [`attribution`]: direct logit attribution, each head's and MLP's direct share of a logit.
 //! - [`composition`]: Q, K and V composition scores between heads of different layers, from
@@ -28,10 +30,12 @@ pub mod history;
 pub mod lens;
 pub mod maps;
 pub mod patching;
+pub mod probe;
 pub mod scores;
+pub mod syntax;
 pub mod tracker;
 
-pub use analysis::{AttentionMaps, HeadReport, HeadRow, PatternScores, Probe, head_report};
+pub use analysis::{AttentionMaps, HeadReport, HeadRow, PatternScores, head_report};
 pub use attribution::{Attribution, AttributionError, Part, attribute};
 pub use composition::{Composition, CompositionTable, Mode, composition_table};
 pub use detector::{Detection, DetectorRow, detector_rows};
@@ -39,6 +43,7 @@ pub use history::{Circuit, HISTORY_HEADER, HeadHistory, find_circuit};
 pub use lens::{LensError, LensStage, logit_lens};
 pub use maps::{MAPS_FILE, MapHistory, MapsFileError, MapsHeader};
 pub use patching::{Metric, PatchError, Patching, Sweep, patch_sweeps};
+pub use probe::Probe;
 pub use scores::HeadLabel;
 pub use tracker::{HISTORY_FILE, HeadTracker, LEGACY_HISTORY_FILE};
 

@@ -1,6 +1,8 @@
 //! Head tracking as a training observer: with `train.track_heads_every = N`, every N steps
 //! the heads are scored on a fixed probe and the scores appended to the run's
-//! `head_history.csv`, and every head's map on one probe window to `head_maps.jsonl`.
+//! `head_history.csv`, every head's map on one probe window to `head_maps.jsonl`, and on a
+//! run on the built-in grammar corpus its syntactic scores ([`crate::syntax`]) on the val
+//! split's first sentences to `syntax_history.csv`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -13,9 +15,14 @@ use headlab_kernels::to_host;
 use headlab_model::Gpt;
 use headlab_train::trainer::{Observer, ObserverError, RunStart};
 
-use crate::analysis::{Probe, mean_patterns, pattern_scores};
+use crate::analysis::{mean_patterns, pattern_scores};
 use crate::history::{HISTORY_HEADER, HISTORY_PREFIX, HeadHistory};
 use crate::maps::{MAPS_FILE, MAX_MAP_TOKENS, MapHistory, MapsHeader, quantize, step_line};
+use crate::probe::Probe;
+use crate::syntax::{
+    MAX_SENTENCES, SYNTAX_HISTORY_FILE, SYNTAX_HISTORY_HEADER, SyntaxProbe, syntax_scores,
+    val_probe,
+};
 
 /// File name of the tracked scores in a run directory. (Runs made before it had this name
 /// kept it as `heads.csv`, which is now only the head table's name in `RUN/heads/`.)
@@ -42,6 +49,8 @@ struct Tracking {
     /// The window whose maps are kept, and where.
     map_ids: Vec<u32>,
     maps: PathBuf,
+    /// A grammar run's syntactic probe and `syntax_history.csv`.
+    syntax: Option<(SyntaxProbe, PathBuf)>,
 }
 
 impl HeadTracker {
@@ -84,12 +93,14 @@ impl Observer for HeadTracker {
             _ => HeadHistory::default(),
         };
         let (map_ids, maps) = start_maps(start)?;
+        let syntax = start_syntax(start)?;
         self.state = Some(Tracking {
             probe,
             history,
             csv,
             map_ids,
             maps,
+            syntax,
         });
         Ok(())
     }
@@ -120,24 +131,12 @@ impl Observer for HeadTracker {
             _ => vec![f64::NAN; scores.len()],
         };
         let rows = tracking.history.push(step, repeat_loss, scores, grads);
-        let mut text = String::from(HISTORY_HEADER);
-        if tracking.history.points.len() > 1 {
-            text = std::fs::read_to_string(&tracking.csv).unwrap_or(text);
-            // Rows past `step` were left by a run killed after its last checkpoint.
-            text = text
-                .lines()
-                .filter(|l| {
-                    l.split(',')
-                        .next()
-                        .and_then(|s| s.parse::<usize>().ok())
-                        .is_none_or(|s| s < step)
-                })
-                .map(|l| format!("{l}\n"))
-                .collect();
+        let fresh = tracking.history.points.len() == 1;
+        append_rows(&tracking.csv, HISTORY_HEADER, fresh, step, &rows)?;
+        if let Some((probe, csv)) = &tracking.syntax {
+            let rows = syntax_scores(&model, probe, device).history_rows(step);
+            append_rows(csv, SYNTAX_HISTORY_HEADER, false, step, &rows)?;
         }
-        text.push_str(&rows);
-        std::fs::write(&tracking.csv, text)
-            .map_err(|e| format!("{}: {e}", tracking.csv.display()))?;
 
         let t = tracking.map_ids.len();
         let weights = mean_patterns(&model, &tracking.map_ids, 1, t, device);
@@ -152,12 +151,68 @@ impl Observer for HeadTracker {
     }
 }
 
+/// Writes `rows` of `step` to the CSV file `path`: after `header` alone when `fresh` (or the
+/// file cannot be read), else after the file's rows before `step` (rows at or past it were
+/// left by a run killed after its last checkpoint).
+fn append_rows(
+    path: &std::path::Path,
+    header: &str,
+    fresh: bool,
+    step: usize,
+    rows: &str,
+) -> Result<(), ObserverError> {
+    let old = if fresh {
+        None
+    } else {
+        std::fs::read_to_string(path).ok()
+    };
+    let mut text: String = match old {
+        Some(old) => old
+            .lines()
+            .filter(|l| {
+                l.split(',')
+                    .next()
+                    .and_then(|s| s.parse::<usize>().ok())
+                    .is_none_or(|s| s < step)
+            })
+            .map(|l| format!("{l}\n"))
+            .collect(),
+        None => header.to_string(),
+    };
+    text.push_str(rows);
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()).into())
+}
+
+/// A grammar run's syntactic probe (the val split's first [`MAX_SENTENCES`] whole sentences)
+/// and its `syntax_history.csv`, started anew unless the run resumes; `None` for any other
+/// run.
+fn start_syntax(start: &RunStart<'_>) -> Result<Option<(SyntaxProbe, PathBuf)>, ObserverError> {
+    if !headlab_train::grammar::is_grammar_run(start.config) {
+        return Ok(None);
+    }
+    // Tracking syntax is an extra: a text it cannot read leaves it out, not the run.
+    let probe = match val_probe(start.dataset, start.dataset.tokenizer(), MAX_SENTENCES) {
+        Ok(Some((probe, _))) => probe,
+        Ok(None) => return Ok(None),
+        Err(e) => {
+            eprintln!("note: the syntactic heads are not tracked: {e}");
+            return Ok(None);
+        }
+    };
+    let path = start.run.root.join(SYNTAX_HISTORY_FILE);
+    if !start.resumed || !path.is_file() {
+        std::fs::write(&path, SYNTAX_HISTORY_HEADER)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(Some((probe, path)))
+}
+
 /// The probe window of the maps (the start of the val split, at most [`MAX_MAP_TOKENS`]) and
 /// `head_maps.jsonl`, started anew, or for a resumed run cut back to its step. An old run's
 /// file that no longer fits (or cannot be read) is started anew.
 fn start_maps(start: &RunStart<'_>) -> Result<(Vec<u32>, PathBuf), ObserverError> {
     let val = start.dataset.tokens(Split::Val);
-    let map_ids = val[..val.len().min(start.model.block_size).min(MAX_MAP_TOKENS)].to_vec();
+    let map_ids = val.to_vec(0..val.len().min(start.model.block_size).min(MAX_MAP_TOKENS));
     let tokenizer = start.dataset.tokenizer();
     let header = MapsHeader {
         format: 1,

@@ -42,10 +42,24 @@ pub enum HfError {
         gpt2: &'static str,
     },
     /// The output folder is in the way.
-    #[error("{path} exists and is not empty: pass a new folder to --out (nothing was written)")]
+    #[error(
+        "{path} exists and is not empty: pass a new folder to --out, or --force to replace a \
+         previous export there (nothing was written)"
+    )]
     OutExists {
         /// The folder.
         path: PathBuf,
+    },
+    /// `--force` on a folder that holds more than an export.
+    #[error(
+        "{path} holds {entry}, which an export does not write: --force replaces only a previous \
+         export's folder, so pass a new folder to --out (nothing was written)"
+    )]
+    NotAnExport {
+        /// The folder.
+        path: PathBuf,
+        /// The first file or folder in it that an export does not write.
+        entry: String,
     },
     /// Writing failed.
     #[error("cannot write {path}: {source}")]
@@ -284,13 +298,14 @@ fn tokenizer_config(config: &GptConfig) -> Value {
 /// Writes `model` and `tokenizer` as a GPT-2 folder at `out`, which must be new or empty.
 /// Everything is encoded before the first file is written; the files go to a sibling
 /// folder that is renamed into place, so a failed export leaves nothing behind.
-pub fn export_gpt2(model: &Gpt, tokenizer: &Tokenizer, out: &Path) -> Result<(), HfError> {
+pub fn export_gpt2(
+    model: &Gpt,
+    tokenizer: &Tokenizer,
+    out: &Path,
+    force: bool,
+) -> Result<(), HfError> {
     let config = gpt2_config(&model.config)?;
-    if out.exists() && std::fs::read_dir(out).map_or(true, |mut d| d.next().is_some()) {
-        return Err(HfError::OutExists {
-            path: out.to_path_buf(),
-        });
-    }
+    check_out(out, force)?;
     let tensors = gpt2_tensors(model);
     let bytes: Vec<Vec<u8>> = tensors
         .iter()
@@ -337,8 +352,9 @@ pub fn export_gpt2(model: &Gpt, tokenizer: &Tokenizer, out: &Path) -> Result<(),
         std::fs::write(&path, data).map_err(io(&path))
     });
     let moved = written.and_then(|()| {
+        // Empty, or (with --force, checked above) holding only a previous export's files.
         if out.exists() {
-            std::fs::remove_dir(out).map_err(io(out))?;
+            std::fs::remove_dir_all(out).map_err(io(out))?;
         }
         std::fs::rename(&staging, out).map_err(io(out))
     });
@@ -346,6 +362,52 @@ pub fn export_gpt2(model: &Gpt, tokenizer: &Tokenizer, out: &Path) -> Result<(),
         std::fs::remove_dir_all(&staging).ok();
     }
     moved
+}
+
+/// The files [`export_gpt2`] writes: all that `--force` may replace.
+const EXPORT_FILES: [&str; 4] = [
+    "config.json",
+    "model.safetensors",
+    "tokenizer.json",
+    "tokenizer_config.json",
+];
+
+/// Whether an export may go to `out`: new, empty, or with `force` a previous export's folder
+/// (nothing but [`EXPORT_FILES`] in it, so replacing it loses nothing else).
+fn check_out(out: &Path, force: bool) -> Result<(), HfError> {
+    let Ok(entries) = std::fs::read_dir(out) else {
+        // Not a folder: free when nothing is there, in the way when a file is.
+        if out.exists() {
+            return Err(HfError::OutExists {
+                path: out.to_path_buf(),
+            });
+        }
+        return Ok(());
+    };
+    let names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    if !force {
+        return Err(HfError::OutExists {
+            path: out.to_path_buf(),
+        });
+    }
+    let mut foreign: Vec<&String> = names
+        .iter()
+        .filter(|n| !EXPORT_FILES.contains(&n.as_str()))
+        .collect();
+    foreign.sort();
+    match foreign.first() {
+        Some(name) => Err(HfError::NotAnExport {
+            path: out.to_path_buf(),
+            entry: name.to_string(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// The Hugging Face files a GPT-2 folder is read from.
@@ -367,6 +429,12 @@ pub fn read_gpt2_folder(dir: &Path) -> Result<Imported, ImportError> {
         return Err(missing("the folder itself".into()));
     }
     let config_path = dir.join("config.json");
+    // A run directory already is what an import would make: say so, not what it lacks.
+    if !config_path.is_file() && dir.join("config.toml").is_file() {
+        return Err(ImportError::HeadlabRun {
+            dir: dir.to_path_buf(),
+        });
+    }
     if !config_path.is_file() {
         return Err(missing(
             "config.json (the model's shape; download it with the weights)".into(),
@@ -628,7 +696,13 @@ mod tests {
                 );
             }
             let out = tempfile::tempdir().unwrap();
-            export_gpt2(&model, &imported.tokenizer, &out.path().join("again")).unwrap();
+            export_gpt2(
+                &model,
+                &imported.tokenizer,
+                &out.path().join("again"),
+                false,
+            )
+            .unwrap();
             for file in [
                 "config.json",
                 "tokenizer.json",
@@ -782,7 +856,7 @@ mod tests {
             let model = model(bias, tie, &device);
             let dir = tempfile::tempdir().unwrap();
             let out = dir.path().join("gpt2");
-            export_gpt2(&model, &tokenizer, &out).unwrap();
+            export_gpt2(&model, &tokenizer, &out, false).unwrap();
             let config: Value =
                 serde_json::from_slice(&std::fs::read(out.join("config.json")).unwrap()).unwrap();
             assert_eq!(config["activation_function"], "gelu_new");
@@ -838,7 +912,7 @@ mod tests {
             let model = Gpt::new(&config, &device).unwrap();
             let dir = tempfile::tempdir().unwrap();
             let out = dir.path().join("gpt2");
-            let err = export_gpt2(&model, &Tokenizer::byte(), &out).unwrap_err();
+            let err = export_gpt2(&model, &Tokenizer::byte(), &out, false).unwrap_err();
             assert!(
                 err.to_string().contains(&format!("[model] {key} =")),
                 "{err}"
@@ -854,7 +928,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("mine.txt"), "keep").unwrap();
         let model = Gpt::new(&base, &device).unwrap();
-        let err = export_gpt2(&model, &Tokenizer::byte(), dir.path()).unwrap_err();
+        let err = export_gpt2(&model, &Tokenizer::byte(), dir.path(), false).unwrap_err();
         assert!(matches!(err, HfError::OutExists { .. }), "{err}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }

@@ -61,6 +61,48 @@ pub enum ImportError {
         /// The missing file or entry, and what to do.
         what: String,
     },
+    /// A checkpoint whose vocabulary is elsewhere: nanoGPT keeps a char dataset's in the
+    /// dataset's `meta.pkl`, and a BPE model's is GPT-2's.
+    #[error(
+        "{} holds no vocabulary and there is no meta.pkl beside it ({}): {hint}",
+        ckpt.display(),
+        beside.display()
+    )]
+    NoVocabulary {
+        /// The checkpoint.
+        ckpt: PathBuf,
+        /// Where a `meta.pkl` was looked for.
+        beside: PathBuf,
+        /// Which option gives it.
+        hint: &'static str,
+    },
+    /// A headlab run given where a Hugging Face folder belongs.
+    #[error(
+        "{} is a headlab run (config.toml), not a Hugging Face folder: every command takes it \
+         as it is (`headlab sample {}`), and `headlab export hf {} --out DIR` writes it as one",
+        dir.display(),
+        dir.display(),
+        dir.display()
+    )]
+    HeadlabRun {
+        /// The run directory.
+        dir: PathBuf,
+    },
+    /// A pickle holding, where data belongs, an object that only running code could build.
+    #[error(
+        "{} is refused: its {entry} is a Python object ({kind}) that only running code could \
+         build, where a tensor belongs; Python's pickle would call it on loading. headlab \
+         reads plain data and ran nothing: use a checkpoint from a source you trust",
+        path.display()
+    )]
+    RunsCode {
+        /// The file.
+        path: PathBuf,
+        /// Where in it (`model['transformer.wte.weight']`).
+        entry: String,
+        /// The callable it names (`posix.system`).
+        kind: String,
+    },
     /// Weights stored as a pickle, which only running Python code could load.
     #[error(
         "{} is a PyTorch pickle, which headlab never unpickles (loading one runs code). Convert \
@@ -263,10 +305,17 @@ impl Imported {
         Ok(model)
     }
 
-    /// Writes the run at `out` (which must not exist): its config, tokenizer, `import.json`
+    /// Writes the run at `out` (which must not exist unless `force`, which replaces it): its
+    /// config, tokenizer, `import.json`
     /// and the weights as checkpoints `best` and `last` at step 0, with a fresh optimizer.
     /// The run has no training text until `--set data.path=FILE` gives it one.
-    pub fn write_run(&self, model: &Gpt, out: &Path, backend: &str) -> Result<RunDir, ImportError> {
+    pub fn write_run(
+        &self,
+        model: &Gpt,
+        out: &Path,
+        backend: &str,
+        force: bool,
+    ) -> Result<RunDir, ImportError> {
         let mut config = RunConfig::default();
         config.model = GptConfig {
             vocab_size: 0,
@@ -285,7 +334,7 @@ impl Imported {
             },
             ..DataConfig::default()
         };
-        let run = RunDir::create_with(out, false, &config, &self.tokenizer, None)?;
+        let run = RunDir::create_with(out, force, &config, &self.tokenizer, None)?;
         let written = (|| -> Result<(), ImportError> {
             let path = run.root.join(IMPORT_FILE);
             let json = serde_json::to_string_pretty(&self.source).expect("JSON") + "\n";
@@ -296,6 +345,7 @@ impl Imported {
                 best_val_loss: None,
                 elapsed_s: 0.0,
                 train_s: 0.0,
+                pending_eval: false,
             };
             let trained_on = TrainedOn {
                 backend: "import".into(),
@@ -648,7 +698,7 @@ mod tests {
 
         let out = tempfile::tempdir().unwrap();
         let folder = out.path().join("hf");
-        crate::hf::export_gpt2(&model, &imported.tokenizer, &folder).unwrap();
+        crate::hf::export_gpt2(&model, &imported.tokenizer, &folder, false).unwrap();
         let config = json(&folder.join("config.json"));
         assert_eq!(config["vocab_size"], 320);
         let again = read_gpt2_folder(&folder).unwrap();
@@ -716,7 +766,7 @@ mod tests {
             let model = Gpt::new(&config, &device).unwrap().map(&mut Perturb);
             let dir = tempfile::tempdir().unwrap();
             let out = dir.path().join("hf");
-            export_gpt2(&model, &tokenizer, &out).unwrap();
+            export_gpt2(&model, &tokenizer, &out, false).unwrap();
             let imported = read_gpt2_folder(&out).unwrap();
             assert_eq!(imported.config, config, "bias {bias}, tied {tie}");
             let back = imported.build(&device).unwrap();
@@ -733,7 +783,7 @@ mod tests {
             );
             // The run it makes loads the same weights.
             let run = imported
-                .write_run(&back, &dir.path().join("run"), "flex")
+                .write_run(&back, &dir.path().join("run"), "flex", false)
                 .unwrap();
             let (_, trained, _) =
                 headlab_train::run::open_trained(&run.root, None, "best").unwrap();

@@ -85,6 +85,9 @@ pub fn read_nanogpt(
             });
         }
     }
+    if let Some(PickleValue::Dict(model)) = root.get("model") {
+        refuse_code(ckpt, model)?;
+    }
     let args: ModelArgs = PytorchReader::load_config(ckpt, Some("model_args"))
         .map_err(|e| corrupt(format!("its model_args are not nanoGPT's ({e})")))?;
     let iter_num = match root.get("iter_num") {
@@ -125,6 +128,31 @@ pub fn read_nanogpt(
         source,
     })
 }
+
+/// Refuses a state dict with an object in a weight's place that only running code could
+/// build (a `REDUCE` of `os.system`, say): the reader kept it as a name and called nothing,
+/// but left alone it would only surface later as a missing tensor.
+fn refuse_code(ckpt: &Path, model: &HashMap<String, PickleValue>) -> Result<(), ImportError> {
+    let mut objects: Vec<(&String, &String)> = model
+        .iter()
+        .filter_map(|(name, value)| match value {
+            PickleValue::Unsupported(kind) if kind != TENSOR => Some((name, kind)),
+            _ => None,
+        })
+        .collect();
+    objects.sort();
+    match objects.first() {
+        Some((name, kind)) => Err(ImportError::RunsCode {
+            path: ckpt.to_path_buf(),
+            entry: format!("model['{name}']"),
+            kind: kind.to_string(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The Python type `pytorch-reader` names a tensor by.
+const TENSOR: &str = "torch.Tensor";
 
 /// The checkpoint's `model` state dict in GPT-2's names and `[in, out]` layout, widened to
 /// f32, without the causal-mask buffers and the tied head.
@@ -227,10 +255,10 @@ fn vocabulary(
             } else {
                 "pass --meta data/<dataset>/meta.pkl, the file nanoGPT's prepare.py wrote"
             };
-            return Err(ImportError::Missing {
-                dir: ckpt.to_path_buf(),
-                format: FORMAT,
-                what: format!("a vocabulary (no meta.pkl beside it): {hint}"),
+            return Err(ImportError::NoVocabulary {
+                ckpt: ckpt.to_path_buf(),
+                beside,
+                hint,
             });
         }
     };

@@ -101,7 +101,7 @@ pub struct LookupProbe {
 fn lookup_windows(data: &Dataset, block: usize) -> (Vec<u32>, usize) {
     let tokens = data.tokens(Split::Val);
     let n = (tokens.len() / block).min(64);
-    (tokens[..n * block].to_vec(), n)
+    (tokens.to_vec(0..n * block), n)
 }
 
 /// Measures a model trained on the `lookup` corpus (`None` when its vocabulary is not the
@@ -349,6 +349,7 @@ pub fn summary(lab: &HeadsLab, reproduce: &str) -> String {
         .iter()
         .min_by(|a, b| range(&a.val_losses).0.total_cmp(&range(&b.val_losses).0));
     let best_range = best.map(|b| range(&b.val_losses));
+    let spread = lab.seeds.len() > 1;
     s += "| heads | d_k | parameters | val loss mean (min-max) | accuracy mean (min-max) | against the best | head labels (all seeds) |\n";
     s += "|---|---|---|---|---|---|---|\n";
     let mut verdicts = Vec::new();
@@ -363,6 +364,10 @@ pub fn summary(lab: &HeadsLab, reproduce: &str) -> String {
         };
         let verdict = match (best, best_range) {
             (Some(b), _) if b.n_heads == c.n_heads => "best".to_string(),
+            // One value per count has no range: the gap is all there is to report.
+            (_, Some((best_mean, _, _))) if !spread => {
+                format!("{:+.4} (one seed: no range)", mean - best_mean)
+            }
             (_, Some((_, _, best_max))) if min > best_max => "worse (ranges apart)".to_string(),
             _ => "level (ranges overlap)".to_string(),
         };
@@ -392,7 +397,10 @@ pub fn summary(lab: &HeadsLab, reproduce: &str) -> String {
             "\nLowest mean val loss: {} heads (d_k {}). ",
             b.n_heads, b.d_k
         );
-        if worse.is_empty() {
+        if !spread {
+            s += "With one seed there is no spread across seeds to tell a gap from chance: give \
+                  `--seeds 1,2,3` to rank the head counts.\n";
+        } else if worse.is_empty() {
             s += "No other head count is worse by more than the spread across seeds.\n";
         } else {
             let _ = writeln!(
@@ -554,6 +562,8 @@ fn lookup_reading(lab: &HeadsLab) -> String {
         return String::new();
     };
     let best_max = best.val_losses.iter().copied().fold(f64::MIN, f64::max);
+    // Ranges are compared only when there are ranges: one seed gives single values.
+    let spread = lab.seeds.len() > 1;
     let apart = |c: &HeadCount| c.val_losses.iter().copied().fold(f64::MAX, f64::min) > best_max;
     let mut s = String::from("\n## What this shows, and what it does not\n\n");
     if let Some(one) = lab.counts.iter().find(|c| c.n_heads == 1) {
@@ -572,7 +582,15 @@ fn lookup_reading(lab: &HeadsLab) -> String {
         } else {
             s += "the two letters arrive mixed, and it loses letters that several heads keep. ";
         }
-        if apart(one) && one.n_heads != best.n_heads {
+        if !spread {
+            let _ = write!(
+                s,
+                "Its val loss is {:.4} against {:.4} with {} heads, from one seed each. ",
+                mean(&one.val_losses),
+                mean(&best.val_losses),
+                best.n_heads
+            );
+        } else if apart(one) && one.n_heads != best.n_heads {
             let _ = write!(
                 s,
                 "It does fall short in val loss, {:.4} against {:.4} with {} heads, with no \
@@ -589,7 +607,7 @@ fn lookup_reading(lab: &HeadsLab) -> String {
     let many: Vec<String> = lab
         .counts
         .iter()
-        .filter(|c| c.d_k <= 2 && apart(c) && c.n_heads != best.n_heads)
+        .filter(|c| spread && c.d_k <= 2 && apart(c) && c.n_heads != best.n_heads)
         .map(|c| format!("{} heads (d_k {})", c.n_heads, c.d_k))
         .collect();
     if !many.is_empty() {
@@ -602,7 +620,7 @@ fn lookup_reading(lab: &HeadsLab) -> String {
     let level: Vec<String> = lab
         .counts
         .iter()
-        .filter(|c| !apart(c) && c.n_heads != best.n_heads)
+        .filter(|c| spread && !apart(c) && c.n_heads != best.n_heads)
         .map(|c| c.n_heads.to_string())
         .collect();
     if !level.is_empty() {
@@ -614,12 +632,27 @@ fn lookup_reading(lab: &HeadsLab) -> String {
             best.n_heads
         );
     }
-    s += "\n\nAccuracy is close to 1 for every head count here, so it does not rank them; the \
-          ranking rests on val loss, and the differences are hundredths of a nat. This is one \
-          task, one layer, one width and one training length with three seeds: it does not \
-          show where the plateau's edges move with depth, d_model or longer training, nor that \
-          heads split other tasks this way.\n";
+    let _ = writeln!(
+        s,
+        "\n\nAccuracy is close to 1 for every head count here, so it does not rank them; the \
+         ranking rests on val loss, and the differences are hundredths of a nat. This is one \
+         task, one layer, one width and one training length with {}: it does not show where \
+         the plateau's edges move with depth, d_model or longer training, nor that heads split \
+         other tasks this way.",
+        seeds_in_words(lab.seeds.len())
+    );
     s
+}
+
+/// "one seed", "three seeds", "12 seeds": how many seeds the summary's claims rest on.
+fn seeds_in_words(n: usize) -> String {
+    const WORDS: [&str; 10] = [
+        "no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine",
+    ];
+    let count = WORDS
+        .get(n)
+        .map_or_else(|| n.to_string(), |w| w.to_string());
+    format!("{count} seed{}", if n == 1 { "" } else { "s" })
 }
 
 /// `lab heads`'s `val_loss.csv`: one row per run, with its val loss, accuracy (empty off the
@@ -706,6 +739,58 @@ mod tests {
         };
         assert_eq!(choices, [1, 2, 4, 8, 16, 32, 64]);
         assert_eq!(std::fs::read_dir(out.path()).unwrap().count(), 0);
+    }
+
+    /// A lookup lab with 1 and 2 heads over `seeds`, one val loss per seed from `losses`.
+    fn lab_of(seeds: Vec<u64>, losses: [&[f64]; 2]) -> HeadsLab {
+        let base = lab_config(CONFIG, "configs/lab-heads.toml", &[]).unwrap();
+        let probe = |h: usize| LookupProbe {
+            predictions: 10,
+            accuracy: 1.0,
+            to_near: vec![0.5; h],
+            to_far: vec![0.4; h],
+            ablated: vec![0.3; h],
+            ablated_fits_near: vec![1.0; h],
+            ablated_fits_far: vec![0.25; h],
+        };
+        let count = |h: usize, val_losses: &[f64]| HeadCount {
+            n_heads: h,
+            d_k: 64 / h,
+            params: 100,
+            val_losses: val_losses.to_vec(),
+            labels: BTreeMap::new(),
+            run_labels: vec![BTreeMap::new(); val_losses.len()],
+            lookups: vec![probe(h); val_losses.len()],
+        };
+        HeadsLab {
+            base,
+            seeds,
+            counts: vec![count(1, losses[0]), count(2, losses[1])],
+        }
+    }
+
+    /// The summary counts the seeds it was given, and with one seed it compares no ranges
+    /// (a single value has none) but gives the gap itself.
+    #[test]
+    fn the_summary_says_how_many_seeds_and_compares_ranges_only_when_there_are_some() {
+        let two = summary(&lab_of(vec![1, 2], [&[1.10, 1.12], &[1.00, 1.02]]), "r");
+        assert!(two.contains("with two seeds: it does not"), "{two}");
+        assert!(!two.contains("three seeds"), "{two}");
+        assert!(two.contains("| worse (ranges apart) |"), "{two}");
+
+        let one = summary(&lab_of(vec![7], [&[1.05], &[1.00]]), "r");
+        assert!(one.contains("with one seed: it does not"), "{one}");
+        for claim in [
+            "ranges apart",
+            "ranges overlap",
+            "across seeds:",
+            "seeds' spread",
+        ] {
+            assert!(!one.contains(claim), "{claim:?} from one seed:\n{one}");
+        }
+        assert!(one.contains("| +0.0500 (one seed: no range) |"), "{one}");
+        assert!(one.contains("`--seeds 1,2,3`"), "{one}");
+        assert!(one.contains("1.0500 against 1.0000 with 2 heads"), "{one}");
     }
 
     /// `val_loss.csv`: one row per count and seed, losses to 5 decimals, the accuracy when

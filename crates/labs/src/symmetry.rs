@@ -5,6 +5,8 @@
 //! head of a layer starting identical (on each CPU backend), identical plus a perturbation of
 //! size eps, and the usual random start; it checks the identical heads bit for bit at every
 //! tracked step and measures how long each perturbation takes to make the heads differ.
+//! Separation only means something in models that learn, so each run's final val loss is set
+//! against chance (ln of the vocabulary) and the summary says plainly when one did not.
 
 use std::fmt::Write as _;
 use std::path::Path;
@@ -25,7 +27,8 @@ use rand::{Rng, SeedableRng};
 
 use crate::{LabError, Observers, lab_config, write, write_summary};
 
-/// The shipped config: the induction lab's model, 1000 steps of batch 16, tracked every 25.
+/// The shipped config: a small attention-only model on the grammar corpus, 800 steps of batch
+/// 32, tracked every 25.
 pub const CONFIG: &str = include_str!("../../../configs/lab-symmetry.toml");
 
 /// The perturbations tried, smallest first.
@@ -35,6 +38,14 @@ pub const EPSILONS: [f64; 3] = [1e-6, 1e-4, 1e-2];
 /// separated: about ten times the largest gap a perturbation of 1e-6 leaves in the first 500
 /// steps, and about what a random start reaches in its first hundred.
 pub const SEPARATED: f64 = 0.02;
+
+/// A model has learned when its final val loss is at least this far below chance, ln(vocab):
+/// separation says little about heads that never took a role.
+pub const LEARNED_MARGIN: f64 = 0.5;
+
+/// The standard deviation of a random start's Q/K/V weights (`GptConfig::attention`): the
+/// perturbation a random start amounts to, where `symmetry.png` puts it.
+pub const RANDOM_INIT_STD: f64 = 0.02;
 
 /// How a run starts.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -72,6 +83,20 @@ pub struct SymmetryRun {
     pub separated_at: Option<usize>,
     /// Final val loss.
     pub val_loss: f64,
+    /// The model's vocabulary: chance is `ln(vocab_size)`.
+    pub vocab_size: usize,
+}
+
+impl SymmetryRun {
+    /// Chance: the loss of a uniform guess over the vocabulary.
+    pub fn chance(&self) -> f64 {
+        (self.vocab_size.max(1) as f64).ln()
+    }
+
+    /// Whether the model learned: val loss [`LEARNED_MARGIN`] or more below chance.
+    pub fn learned(&self) -> bool {
+        self.val_loss <= self.chance() - LEARNED_MARGIN
+    }
 }
 
 /// What `lab symmetry` measured.
@@ -204,11 +229,19 @@ pub fn make_identical(mut model: Gpt, eps: f64, seed: u64) -> Gpt {
     model
 }
 
+/// What a [`Checker`] saw: steps checked, the first that differed, the vocabulary.
+#[derive(Debug, Default, Clone, Copy)]
+struct Seen {
+    checked: usize,
+    first_difference: Option<usize>,
+    vocab_size: usize,
+}
+
 /// Checks the heads bit for bit at every tracked step, and keeps the first step they differ.
 #[derive(Debug)]
 struct Checker {
     every: usize,
-    seen: Arc<Mutex<(usize, Option<usize>)>>,
+    seen: Arc<Mutex<Seen>>,
 }
 
 impl Observer for Checker {
@@ -216,9 +249,10 @@ impl Observer for Checker {
         if step.is_multiple_of(self.every) {
             let same = heads_identical(model);
             let mut seen = self.seen.lock().map_err(|e| e.to_string())?;
-            seen.0 += 1;
-            if !same && seen.1.is_none() {
-                seen.1 = Some(step);
+            seen.checked += 1;
+            seen.vocab_size = model.config.vocab_size;
+            if !same && seen.first_difference.is_none() {
+                seen.first_difference = Some(step);
             }
         }
         Ok(())
@@ -268,7 +302,7 @@ pub fn symmetry(
             Start::Random => None,
         }
         .map(|eps| InitHook(Arc::new(move |m| make_identical(m, eps, seed))));
-        let seen = Arc::new(Mutex::new((0, None)));
+        let seen = Arc::new(Mutex::new(Seen::default()));
         let every = cfg.train.track_heads_every.max(1);
         let name = format!(
             "{}-{backend}",
@@ -296,14 +330,15 @@ pub fn symmetry(
             path: path.clone(),
             source,
         })?;
-        let (checked, first_difference) = *seen.lock().expect("the checker is done");
+        let seen = *seen.lock().expect("the checker is done");
         runs.push(SymmetryRun {
             start,
             backend: backend.to_string(),
-            checked,
-            first_difference,
+            checked: seen.checked,
+            first_difference: seen.first_difference,
             separated_at: separated_at(&HeadHistory::parse(&text, usize::MAX)),
             val_loss,
+            vocab_size: seen.vocab_size,
         });
     }
     Ok(SymmetryLab {
@@ -315,62 +350,94 @@ pub fn symmetry(
 
 /// `symmetry.csv`: one row per run.
 pub fn csv(lab: &SymmetryLab) -> String {
-    let mut s =
-        String::from("start,backend,checked_steps,first_bit_difference,separated_at,val_loss\n");
+    let mut s = String::from(
+        "start,backend,checked_steps,first_bit_difference,separated_at,val_loss,chance,learned\n",
+    );
     for r in &lab.runs {
         let opt = |v: Option<usize>| v.map_or(String::new(), |x| x.to_string());
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{:.5}",
+            "{},{},{},{},{},{:.5},{:.5},{}",
             r.start.name(),
             r.backend,
             r.checked,
             opt(r.first_difference),
             opt(r.separated_at),
-            r.val_loss
+            r.val_loss,
+            r.chance(),
+            r.learned()
         );
     }
     s
 }
 
-/// `symmetry.png`: the step at which the heads separate against log10(eps).
+/// `symmetry.png`: the step at which the heads separate against log10(eps), a marker at each
+/// run, and the random start at the size of its weights ([`RANDOM_INIT_STD`]): random
+/// initialisation is a perturbation of that size.
 fn plot(lab: &SymmetryLab, path: &Path) -> Result<(), ReportError> {
-    use headlab_report::plot::{Series, line_chart};
-    let points: Vec<(f64, f64)> = lab
-        .runs
-        .iter()
-        .filter_map(|r| match (r.start, r.separated_at) {
-            (Start::Perturbed(eps), Some(step)) => Some((eps.log10(), step as f64)),
-            _ => None,
-        })
-        .collect();
-    line_chart(
+    use headlab_report::plot::{Series, Style, line_chart_styled};
+    let points = |random: bool| -> Vec<(f64, f64)> {
+        lab.runs
+            .iter()
+            .filter_map(|r| match (r.start, r.separated_at) {
+                (Start::Perturbed(eps), Some(step)) if !random => Some((eps.log10(), step as f64)),
+                (Start::Random, Some(step)) if random => {
+                    Some((RANDOM_INIT_STD.log10(), step as f64))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let marked = |i: usize| Style {
+        markers: true,
+        ..Style::nth(i)
+    };
+    line_chart_styled(
         path,
         "steps until two heads' scores differ by more than 0.02",
         "log10(eps): the size of the perturbation of identical heads",
         "step",
-        &[Series {
-            label: "identical + eps".into(),
-            points,
-            faint: false,
-        }],
+        &[
+            (
+                Series {
+                    label: "identical + eps".into(),
+                    points: points(false),
+                    faint: false,
+                },
+                marked(0),
+            ),
+            (
+                Series {
+                    label: format!("random start (weights' std {RANDOM_INIT_STD})"),
+                    points: points(true),
+                    faint: false,
+                },
+                marked(1),
+            ),
+        ],
     )
 }
 
 /// `lab symmetry`'s summary page.
 pub fn summary(lab: &SymmetryLab, reproduce: &str) -> String {
     let (cfg, every) = (&lab.config, lab.config.train.track_heads_every);
+    let chance = lab.runs.first().map_or(f64::NAN, SymmetryRun::chance);
+    let vocab = lab.runs.first().map_or(0, |r| r.vocab_size);
     let mut s = String::from("# lab symmetry\n\n");
     let _ = writeln!(
         s,
-        "The induction lab's model ({} layers x {} heads, attention only, d_model {}) trained for \
-         {} steps from seed {}, six ways, in {:.0} s for the whole lab ({} 2 minutes). Every \
-         head's weights were checked against head 0's, bit for bit, every {every} steps; head \
-         scores and each head's gradient norm are in each run's head_history.csv and on its \
-         report.html.\n",
+        "A small attention-only model on the {} corpus ({} layers x {} heads, d_model {}, \
+         batch {}, lr {}) trained for {} steps from seed {}, six ways, in {:.0} s for the whole \
+         lab ({} 2 minutes). Every head's weights were checked against head 0's, bit for bit, \
+         every {every} steps; head scores and each head's gradient norm are in each run's \
+         head_history.csv and on its report.html. Chance is ln {vocab} = {chance:.3}: a model \
+         that learned ends at least {LEARNED_MARGIN} below it.\n",
+        cfg.data.builtin.as_deref().unwrap_or("your"),
         cfg.model.n_layers,
         cfg.model.n_heads,
         cfg.model.d_model,
+        cfg.train.batch_size,
+        cfg.train.lr,
         cfg.train.max_iters,
         cfg.train.seed,
         lab.seconds,
@@ -379,7 +446,7 @@ pub fn summary(lab: &SymmetryLab, reproduce: &str) -> String {
     let _ = writeln!(
         s,
         "| start | backend | checked steps | heads identical | heads separate (scores > {SEPARATED} \
-         apart) | val loss |\n|---|---|---|---|---|---|"
+         apart) | val loss | learned |\n|---|---|---|---|---|---|---|"
     );
     for r in &lab.runs {
         let identical = match r.first_difference {
@@ -390,13 +457,35 @@ pub fn summary(lab: &SymmetryLab, reproduce: &str) -> String {
         let separate = r
             .separated_at
             .map_or("never".to_string(), |st| format!("at step {st}"));
+        let learned = if r.learned() {
+            format!("yes, {:.2} below chance", r.chance() - r.val_loss)
+        } else {
+            "**NO**: at chance".to_string()
+        };
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {identical} | {separate} | {:.3} |",
+            "| {} | {} | {} | {identical} | {separate} | {:.3} | {learned} |",
             r.start.name(),
             r.backend,
             r.checked,
             r.val_loss
+        );
+    }
+    let failed: Vec<String> = lab
+        .runs
+        .iter()
+        .filter(|r| !r.learned())
+        .map(|r| format!("{} on {}", r.start.name(), r.backend))
+        .collect();
+    if !failed.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n**Warning: {} of {} models did not learn** ({}: val loss within {LEARNED_MARGIN} of \
+             chance, {chance:.3}). Their heads never took a role, so when they separate says \
+             little; train longer (`--set train.max_iters=...`) before reading their rows.",
+            failed.len(),
+            lab.runs.len(),
+            failed.join(", ")
         );
     }
     let identical_held = lab
@@ -413,8 +502,9 @@ pub fn summary(lab: &SymmetryLab, reproduce: &str) -> String {
          table): that backend computes the same function differently for different heads. "
     };
     s += "A perturbation breaks the symmetry, and training amplifies it: the smaller it is, the \
-          longer the heads take to separate (symmetry.png). Random initialisation starts them \
-          apart. The gradient norms on each run's page show the heads being pulled differently.\n\n";
+          longer the heads take to separate (symmetry.png, where the random start sits at the \
+          size of its weights). Random initialisation starts them apart. The gradient norms on \
+          each run's page show the heads being pulled differently.\n\n";
     s += "![steps until the heads separate, against the perturbation](symmetry.png)\n\n";
     s += &format!("Reproduce: `{reproduce}`\n");
     s
@@ -437,6 +527,39 @@ mod tests {
             ..GptConfig::default()
         };
         Gpt::new(&config, &device).unwrap()
+    }
+
+    /// The summary sets each model's val loss against chance and warns, naming them, when
+    /// models did not learn; with every model learned there is no warning.
+    #[test]
+    fn the_summary_says_which_models_learned() {
+        let run = |start, val_loss| SymmetryRun {
+            start,
+            backend: "flex".into(),
+            checked: 5,
+            first_difference: None,
+            separated_at: Some(100),
+            val_loss,
+            vocab_size: 62,
+        };
+        let mut lab = SymmetryLab {
+            config: lab_config(CONFIG, "lab-symmetry.toml", &[]).unwrap(),
+            runs: vec![run(Start::Identical, 2.31), run(Start::Random, 4.10)],
+            seconds: 60.0,
+        };
+        let page = summary(&lab, "headlab lab symmetry");
+        assert!(page.contains("Chance is ln 62 = 4.127"), "{page}");
+        assert!(
+            page.contains("| 2.310 | yes, 1.82 below chance |"),
+            "{page}"
+        );
+        assert!(page.contains("| 4.100 | **NO**: at chance |"), "{page}");
+        assert!(
+            page.contains("**Warning: 1 of 2 models did not learn** (random on flex"),
+            "{page}"
+        );
+        lab.runs.pop();
+        assert!(!summary(&lab, "x").contains("Warning"));
     }
 
     /// A random model's heads differ; made identical they are equal bit for bit; one ulp on

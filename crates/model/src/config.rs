@@ -188,8 +188,8 @@ pub enum GptConfigError {
     Zero {
         /// The offending field.
         field: &'static str,
-        /// Its default, as a user would write it.
-        default: &'static str,
+        /// Its default, as a user would write it (read from [`GptConfig::default`]).
+        default: String,
     },
     /// The heads cannot split the residual stream evenly.
     #[error(
@@ -374,7 +374,7 @@ impl GptConfig {
         if self.vocab_size == 0 {
             return Err(GptConfigError::Zero {
                 field: "vocab_size",
-                default: "from the tokenizer",
+                default: "from the tokenizer".into(),
             });
         }
         if let Some(rows) = self.padded_vocab_size
@@ -391,13 +391,19 @@ impl GptConfig {
     /// Checks every field but `vocab_size`: the `[model]` section of a run config, before the
     /// tokenizer is known.
     pub fn validate_section(&self) -> Result<(), GptConfigError> {
-        let zero_checks: [(&'static str, Option<usize>, &'static str); 6] = [
-            ("block_size", Some(self.block_size), "64"),
-            ("d_model", Some(self.d_model), "128"),
-            ("n_layers", Some(self.n_layers), "4"),
-            ("n_heads", Some(self.n_heads), "4"),
-            ("n_kv_heads", self.n_kv_heads, "model.n_heads"),
-            ("d_ff", self.d_ff, "4 * model.d_model"),
+        // The defaults quoted are read from `GptConfig::default`, so they cannot drift.
+        let d = GptConfig::default();
+        let zero_checks: [(&'static str, Option<usize>, String); 6] = [
+            (
+                "block_size",
+                Some(self.block_size),
+                d.block_size.to_string(),
+            ),
+            ("d_model", Some(self.d_model), d.d_model.to_string()),
+            ("n_layers", Some(self.n_layers), d.n_layers.to_string()),
+            ("n_heads", Some(self.n_heads), d.n_heads.to_string()),
+            ("n_kv_heads", self.n_kv_heads, "model.n_heads".into()),
+            ("d_ff", self.d_ff, "4 * model.d_model".into()),
         ];
         for (field, value, default) in zero_checks {
             if value == Some(0) {

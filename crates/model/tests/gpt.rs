@@ -574,7 +574,7 @@ fn invalid_configs_name_the_field() {
     );
     assert_eq!(
         err(small(Positional::Learned).with_n_layers(0)),
-        "model.n_layers is 0 but must be at least 1 (default 4)"
+        "model.n_layers is 0 but must be at least 1 (default 2)"
     );
     assert!(
         err(small(Positional::Learned).with_n_heads(3))

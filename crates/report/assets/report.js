@@ -223,6 +223,8 @@ function fitCanvas(cv) {
 // step of the vertical marker (null: none), also written to data-marker-step.
 function drawChart(cv, spec, marker) {
   const { g, w, h } = fitCanvas(cv), P = { l: 54, r: spec.right ? 62 : 16, t: 26, b: 38 };
+  const head = fitTitle(g, spec.title, w - P.r - P.l - legendWidth(g, spec.legend) - 10);
+  P.t += 15 * (head.lines.length - 1);
   const pw = w - P.l - P.r, ph = h - P.t - P.b;
   const L = spec.log ? v => Math.log10(v) : v => v;
   const ax = axis(spec.x[0], spec.x[1], Math.max(2, Math.floor(pw / 80)), false);
@@ -254,12 +256,34 @@ function drawChart(cv, spec, marker) {
     drawSeries(g, { ...s, pts: (s.pts || []).filter(pos), mark: pos(s.mark) && s.mark }, X, v => Y(L(v), ay));
   }
   g.restore();
-  g.fillStyle = '#222'; g.font = '600 13px system-ui, sans-serif'; g.textAlign = 'left'; g.textBaseline = 'alphabetic';
-  g.fillText(spec.title, P.l, 17);
+  g.fillStyle = '#222'; g.font = head.font; g.textAlign = 'left'; g.textBaseline = 'alphabetic';
+  head.lines.forEach((line, n) => g.fillText(line, P.l, 17 + 15 * n));
   if (spec.legend) legend(g, spec.legend, w - P.r, 17);
   if (marker === null || marker === undefined) { delete cv.dataset.markerStep; return; }
   g.lineWidth = 1.5; g.setLineDash([4, 3]); vline(g, X(marker), P.t, P.t + ph, '#d62728'); g.setLineDash([]);
   cv.dataset.markerStep = marker;
+}
+
+// The title's font and lines so that it fits in `room` pixels (left of the legend): 13px bold,
+// smaller down to 11px, then two lines split at its readout's dash, then as small as it takes;
+// a title is never cut at the canvas's edge or drawn under the legend.
+function fitTitle(g, title, room) {
+  const font = px => `600 ${px}px system-ui, sans-serif`;
+  const fits = (lines, px) => { g.font = font(px); return lines.every(l => g.measureText(l).width <= room); };
+  for (const px of [13, 12, 11]) if (fits([title], px)) return { font: font(px), lines: [title] };
+  const cut = title.indexOf(' — ');
+  const lines = cut > 0 ? [title.slice(0, cut), title.slice(cut + 1)] : [title];
+  for (const px of [12, 11, 10]) if (fits(lines, px)) return { font: font(px), lines };
+  g.font = font(10);
+  const widest = Math.max(...lines.map(l => g.measureText(l).width));
+  return { font: font(Math.max(6, Math.floor(10 * room / widest))), lines };
+}
+
+// The width legend() takes for `entries` (0 without a legend).
+function legendWidth(g, entries) {
+  if (!entries) return 0;
+  g.font = '12px system-ui, sans-serif';
+  return entries.reduce((sum, e) => sum + g.measureText(e.name).width + 36, 0);
 }
 
 // Draws one series as a polyline (a dot if it has a single point), and a dot at s.mark.
@@ -434,6 +458,44 @@ function buildScores() {
   D.score_names.forEach(n => chart(`score-${n}`, CAPTIONS[n] || ''));
   chart('repeat-loss', repeatCaption());
   if (HAVE_GRADS) chart('grad-norm', GRAD_CAPTION);
+  if (HAVE_SYNTAX) {
+    chart('syntax-subject_mass', SUBJECT_CAPTION);
+    RELATIONS.forEach(r => chart(`syntax-${r}`, RELATION_CAPTIONS[r]));
+  }
+}
+
+// Whether the run tracked syntactic scores (a run on the built-in grammar corpus).
+const HAVE_SYNTAX = D.tracked.some(p => Array.isArray(p.syntax));
+const RELATIONS = ['subject', 'determiner', 'antecedent', 'object', 'preposition'];
+const SUBJECT_CAPTION = 'Where the verb writes its number (the last letter of its stem, before "s" or not), each head\'s attention on the verb\'s subject noun (its letters and the space after it), over sentences whose nearer noun (the attractor) differs from it. A head that rises here carries the subject\'s number to the verb.';
+const RELATION_CAPTIONS = {
+  subject: 'Share of verbs whose most-attended word (from the space after the verb) is the head noun of their subject; dashed: the best "attend k words back" rule on the same verbs.',
+  determiner: 'Share of nouns whose most-attended word is their own determiner ("the", "a", "some"); dashed: the best fixed-offset rule.',
+  antecedent: 'Share of relative-clause verbs whose most-attended word is the noun before "that"; dashed: the best fixed-offset rule.',
+  object: 'Share of object nouns whose most-attended word is their verb; dashed: the best fixed-offset rule.',
+  preposition: 'Share of a prepositional phrase\'s nouns whose most-attended word is the preposition; dashed: the best fixed-offset rule.',
+};
+
+// Draws one syntactic value per head through training, the selected head bold; `base`, when
+// given, is the value drawn dashed in grey (a relation's fixed-offset baseline).
+function drawSyntax(cv, name, title, ylabel, base) {
+  const s = D.syntax_names.indexOf(name), sel = selIdx(), step = STEPS[S.k];
+  const at = (p, idx, i) => (Array.isArray(p.syntax) ? p.syntax[idx] || [] : [])[i];
+  const series = [];
+  for (let idx = 0; idx < NHEADS; idx++) {
+    const pts = D.tracked.map(p => [p.step, at(p, idx, s)]);
+    series.push({ pts, color: headColor(idx), dash: headDash(idx), width: idx === sel ? 3 : 1.5,
+      alpha: idx === sel ? 1 : 0.6, mark: pts[S.k] });
+  }
+  series.push(series.splice(sel, 1)[0]);
+  if (base) {
+    const b = D.syntax_names.indexOf(base);
+    series.unshift({ pts: D.tracked.map(p => [p.step, at(p, 0, b)]), color: '#888', width: 1.25, dash: [5, 4] });
+  }
+  drawChart(cv, {
+    title: `${title} — ${headName(sel)} ${fmt(at(D.tracked[S.k], sel, s))} at step ${step}`,
+    ylabel, x: stepRange(), y: [0, 1], series,
+  }, step);
 }
 
 // Whether the run recorded per-head gradient norms (runs made before it did have none).
@@ -464,6 +526,57 @@ function drawCharts() {
   D.score_names.forEach((n, s) => drawScore($(`score-${n}`), s));
   drawRepeat($('repeat-loss'));
   if (HAVE_GRADS) drawGradNorm($('grad-norm'));
+  if (HAVE_SYNTAX) {
+    drawSyntax($('syntax-subject_mass'), 'subject_mass', 'attention on the subject at the verb\'s number', 'attention');
+    RELATIONS.forEach(r => drawSyntax($(`syntax-${r}`), r, `${r} accuracy`, 'accuracy', `${r}_baseline`));
+  }
+}
+
+// The syntactic heads at the end (heads/syntax.json): each head's score on every relation
+// against the fixed-offset baseline, its attention on the subject and the attractor where the
+// verb writes its number, and the forced-choice agreement with heads zeroed.
+function buildSyntax() {
+  const X = D.syntax;
+  if (!X || !Array.isArray(X.relations)) return;
+  $('syntax-section').hidden = false;
+  $('syntax-info').append(`Measured on the run's val split, its first ${X.sentences} sentences`,
+    ` (${X.chars} characters). A head's accuracy on a relation: how often the word it attends to`,
+    ' most is the related word; a role (bold) needs ', el('strong', '', fmt(X.role_margin, 2)),
+    ` over the best fixed-offset rule and at least ${X.role_min_arcs} arcs. Labels are properties`,
+    ' of a head on this text, not of the head alone.');
+  $('syntax-line').textContent = X.line || '';
+  const rels = RELATIONS.filter(r => X.relations.some(x => x.relation === r));
+  const tbl = $('syntax-table'), hr = tbl.createTHead().insertRow();
+  ['head', 'subject mass', 'attractor mass', ...rels].forEach((c, n) => hr.appendChild(el('th', n ? '' : 'txt', c)));
+  const body = tbl.createTBody(), base = body.insertRow();
+  base.append(el('td', 'txt', 'fixed-offset baseline'), el('td', '', ''), el('td', '', ''));
+  rels.forEach(r => {
+    const b = X.relations.find(x => x.relation === r).baseline;
+    base.appendChild(el('td', '', `${fmt(b.accuracy, 2)} (${b.offset} back)`));
+  });
+  for (const a of X.agreement) {
+    const tr = body.insertRow(), name = `${a.layer}.${a.head}`;
+    tr.dataset.layer = a.layer; tr.dataset.head = a.head;
+    const tracked = (X.tracked || []).includes(name);
+    tr.append(el('td', 'txt', `L${a.layer} H${a.head}${tracked ? ' (subject tracker)' : ''}`),
+      el('td', '', fmt(a.subject_mass, 2)), el('td', '', fmt(a.attractor_mass, 2)));
+    const roles = (X.roles.find(o => o.layer === a.layer && o.head === a.head) || { roles: [] }).roles;
+    rels.forEach(r => {
+      const x = X.relations.find(o => o.layer === a.layer && o.head === a.head && o.relation === r);
+      tr.appendChild(el(roles.includes(r) ? 'th' : 'td', '', fmt(x ? x.accuracy : NaN, 2)));
+    });
+    tr.addEventListener('click', () => select(a.layer, a.head));
+  }
+  const sw = $('syntax-sweep'), sh = sw.createTHead().insertRow();
+  ['heads zeroed', 'kind', 'verbs', 'agreement (forced choice)', 'mean p(right form)', 'sampled sentences'].forEach((c, n) => sh.appendChild(el('th', n < 2 ? 'txt' : '', c)));
+  const sb = sw.createTBody();
+  const pct = g => (g && g.well_formed > 0
+    ? `${Math.round(100 * g.well_formed)}% well-formed, ${Math.round(100 * g.agreeing / g.well_formed)}% of those agree` : '–');
+  for (const r of X.sweep || []) {
+    const tr = sb.insertRow();
+    tr.append(el('td', 'txt', r.ablated), el('td', 'txt', r.kind), el('td', '', r.n),
+      el('td', '', fmt(r.accuracy, 2)), el('td', '', fmt(r.mean_p_right, 2)), el('td', '', pct(r.sampled)));
+  }
 }
 
 // Builds the final head table (a row per head; click selects), or says how to get one.
@@ -510,6 +623,7 @@ function buildPatching() {
     `; metric ${P.metric} after the last token: ${fmt(P.clean)} clean, ${fmt(P.corrupted)} corrupted.`,
     ' Each cell: the share of the clean answer restored by putting that clean activation into the',
     ' corrupted run (0 nothing, 1 all of it, negative: further from it).');
+  if (P.warning) info.append(' ', el('strong', '', `Warning: ${P.warning}.`));
   for (const sw of P.sweeps) {
     const box = $('patch-grids');
     box.appendChild(el('h3', '', sw.site));
@@ -588,6 +702,7 @@ function togglePlay() {
 function init() {
   fillText();
   buildTable();
+  buildSyntax();
   buildPatching();
   if (STEPS.length) {
     const sl = $('step-slider');

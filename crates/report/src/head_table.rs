@@ -104,13 +104,13 @@ pub fn to_csv(rows: &[HeadRow]) -> String {
     for (name, ..) in COLUMNS {
         out += &format!(",{name}");
     }
-    out.push('\n');
+    out.push_str(",roles\n");
     for r in rows {
         out += &format!("{},{},{}", r.scores.layer, r.scores.head, r.label);
         for ((.., decimals, _), v) in COLUMNS.iter().zip(values(r)) {
             out += &format!(",{v:.decimals$}");
         }
-        out.push('\n');
+        out += &format!(",{}\n", r.roles.join(";"));
     }
     out
 }
@@ -131,6 +131,9 @@ pub fn to_table(rows: &[HeadRow]) -> String {
         );
         for ((_, _, width, _, decimals), v) in COLUMNS.iter().zip(values(r)) {
             out += &format!(" {v:>width$.decimals$}");
+        }
+        if !r.roles.is_empty() {
+            out += &format!("  {}", r.roles.join(", "));
         }
         out.push('\n');
     }
@@ -159,6 +162,7 @@ mod tests {
             ablation_mean: -0.0001,
             grad_importance: 1.5,
             label: HeadLabel::PreviousToken,
+            roles: Vec::new(),
         }
     }
 
@@ -170,12 +174,15 @@ mod tests {
         assert_eq!(
             lines.next().unwrap(),
             "layer,head,label,previous_token,induction,duplicate_token,first_token,\
-             mean_distance,entropy,ablation_zero,ablation_mean,grad_importance"
+             mean_distance,entropy,ablation_zero,ablation_mean,grad_importance,roles"
         );
         assert_eq!(
             lines.next().unwrap(),
-            "1,3,previous-token,0.9123,0.5000,0.2500,0.1250,2.345,0.7500,0.12346,-0.00010,1.50000"
+            "1,3,previous-token,0.9123,0.5000,0.2500,0.1250,2.345,0.7500,0.12346,-0.00010,1.50000,"
         );
+        let mut two = row();
+        two.roles = vec!["subject".into(), "determiner".into()];
+        assert!(to_csv(&[two]).ends_with(",1.50000,subject;determiner\n"));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! A PNG heatmap of values in [0, 1] with labelled rows and columns (the logit lens's stages
-//! against positions).
+//! against positions), and a colour bar that says what the shades mean.
 
 use std::path::Path;
 
+use plotters::coord::Shift;
 use plotters::prelude::*;
 
 use crate::ReportError;
@@ -16,9 +17,55 @@ fn shade(v: f64) -> RGBColor {
     RGBColor(lerp(255.0, 8.0), lerp(255.0, 48.0), lerp(255.0, 107.0))
 }
 
+/// WCAG relative luminance of an sRGB colour, 0 (black) to 1 (white).
+fn luminance(c: RGBColor) -> f64 {
+    let lin = |u: u8| {
+        let u = f64::from(u) / 255.0;
+        if u <= 0.04045 {
+            u / 12.92
+        } else {
+            ((u + 0.055) / 1.055).powf(2.4)
+        }
+    };
+    0.2126 * lin(c.0) + 0.7152 * lin(c.1) + 0.0722 * lin(c.2)
+}
+
+/// WCAG contrast ratio of two colours (1 to 21).
+fn contrast(a: RGBColor, b: RGBColor) -> f64 {
+    let (la, lb) = (luminance(a), luminance(b));
+    (la.max(lb) + 0.05) / (la.min(lb) + 0.05)
+}
+
+/// Black or white, whichever reads better on `background`: chosen by the cell's brightness,
+/// not by its value, so mid shades get the colour that contrasts with them.
+fn text_on(background: RGBColor) -> RGBColor {
+    if contrast(BLACK, background) >= contrast(WHITE, background) {
+        BLACK
+    } else {
+        WHITE
+    }
+}
+
+/// Cell side, label column, title band and colour bar width, in pixels.
+const CELL: i32 = 40;
+const LABEL_W: i32 = 130;
+const TOP: i32 = 48;
+const BAR_W: i32 = 18;
+/// The values the colour bar labels (on the square-root scale most of the bar is small values).
+const BAR_TICKS: [f64; 5] = [0.0, 0.1, 0.25, 0.5, 1.0];
+
+/// The picture's size for `n_rows` x `n_cols` cells: the grid, its labels and the colour bar.
+fn size(n_rows: i32, n_cols: i32) -> (u32, u32) {
+    (
+        (LABEL_W + CELL * n_cols + 24 + BAR_W + 50).max(420) as u32,
+        (TOP + CELL * n_rows.max(4) + 90) as u32,
+    )
+}
+
 /// Draws `values` (row-major, `rows.len() x columns.len()`, each in [0, 1]) as a grid of
-/// cells with `title` above, row labels on the left and column labels below; `cells` (the
-/// same shape, may be empty) are printed inside the cells.
+/// cells with `title` above, row labels on the left, column labels below and a colour bar on
+/// the right; `cells` (the same shape, may be empty) are printed inside the cells in black or
+/// white, whichever contrasts more with the cell.
 pub fn heatmap_png(
     path: &Path,
     title: &str,
@@ -27,52 +74,128 @@ pub fn heatmap_png(
     values: &[f64],
     cells: &[String],
 ) -> Result<(), ReportError> {
+    let root =
+        BitMapBackend::new(path, size(rows.len() as i32, columns.len() as i32)).into_drawing_area();
+    draw(&root, title, rows, columns, values, cells).map_err(|e| ReportError::draw(path, &e))?;
+    root.present().map_err(|e| ReportError::draw(path, &e))
+}
+
+/// [`heatmap_png`]'s drawing, on any bitmap area.
+fn draw<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    rows: &[String],
+    columns: &[String],
+    values: &[f64],
+    cells: &[String],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     ensure_font();
     let (n_rows, n_cols) = (rows.len() as i32, columns.len() as i32);
-    let (cell, label_w, top) = (28, 90, 40);
-    let size = (
-        (label_w + cell * n_cols + 20).max(240) as u32,
-        (top + cell * n_rows + 70) as u32,
-    );
-    let root = BitMapBackend::new(path, size).into_drawing_area();
-    let err = |e: &dyn std::fmt::Display| ReportError::draw(path, e);
-    root.fill(&WHITE).map_err(|e| err(&e))?;
+    root.fill(&WHITE)?;
     root.draw(&Text::new(
         title.to_string(),
-        (10, 10),
-        ("sans-serif", 16).into_font(),
-    ))
-    .map_err(|e| err(&e))?;
-    let font = ("sans-serif", 13).into_font();
+        (10, 12),
+        ("sans-serif", 18).into_font(),
+    ))?;
+    let font = ("sans-serif", 15).into_font();
     for (r, row) in rows.iter().enumerate() {
-        let y = top + r as i32 * cell;
-        root.draw(&Text::new(row.clone(), (6, y + 8), font.clone()))
-            .map_err(|e| err(&e))?;
+        let y = TOP + r as i32 * CELL;
+        root.draw(&Text::new(row.clone(), (6, y + 12), font.clone()))?;
         for c in 0..n_cols as usize {
-            let x = label_w + c as i32 * cell;
-            let v = values[r * columns.len() + c];
+            let x = LABEL_W + c as i32 * CELL;
+            let fill = shade(values[r * columns.len() + c]);
             root.draw(&Rectangle::new(
-                [(x, y), (x + cell, y + cell)],
-                shade(v).filled(),
-            ))
-            .map_err(|e| err(&e))?;
+                [(x, y), (x + CELL, y + CELL)],
+                fill.filled(),
+            ))?;
             if let Some(text) = cells.get(r * columns.len() + c) {
-                let color = if v > 0.4 { WHITE } else { BLACK };
                 root.draw(&Text::new(
                     text.clone(),
-                    (x + 4, y + 8),
-                    font.clone().color(&color),
-                ))
-                .map_err(|e| err(&e))?;
+                    (x + 5, y + 12),
+                    font.clone().color(&text_on(fill)),
+                ))?;
             }
         }
     }
-    let below = top + n_rows * cell + 6;
+    let below = TOP + n_rows * CELL + 6;
     let style = font.clone().transform(FontTransform::Rotate90);
     for (c, column) in columns.iter().enumerate() {
-        let x = label_w + c as i32 * cell + cell;
-        root.draw(&Text::new(column.clone(), (x - 6, below), style.clone()))
-            .map_err(|e| err(&e))?;
+        let x = LABEL_W + c as i32 * CELL + CELL / 2 + 8;
+        root.draw(&Text::new(column.clone(), (x, below), style.clone()))?;
     }
-    root.present().map_err(|e| err(&e))
+    // The colour bar: 1 at the top, 0 at the bottom, as tall as the grid (at least 4 cells).
+    let (x0, y0, h) = (LABEL_W + n_cols * CELL + 24, TOP, CELL * n_rows.max(4));
+    let at = |v: f64| y0 + ((1.0 - v.sqrt()) * f64::from(h)).round() as i32;
+    for y in y0..y0 + h {
+        let v = (1.0 - f64::from(y - y0) / f64::from(h)).powi(2);
+        root.draw(&Rectangle::new(
+            [(x0, y), (x0 + BAR_W, y + 1)],
+            shade(v).filled(),
+        ))?;
+    }
+    root.draw(&Rectangle::new([(x0, y0), (x0 + BAR_W, y0 + h)], BLACK))?;
+    let small = ("sans-serif", 13).into_font();
+    for v in BAR_TICKS {
+        let y = at(v);
+        root.draw(&PathElement::new(
+            vec![(x0 + BAR_W, y), (x0 + BAR_W + 4, y)],
+            BLACK,
+        ))?;
+        root.draw(&Text::new(
+            format!("{v}"),
+            (x0 + BAR_W + 6, y - 7),
+            small.clone(),
+        ))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every shade gets the text colour that contrasts more with it, and that always reads:
+    /// WCAG's 4.5:1 for normal text. (Switching at value 0.4 put white on shades just past it
+    /// at 4.4:1 and black on darker cells below it.)
+    #[test]
+    fn cell_text_contrasts_with_every_shade() {
+        for k in 0..=1000 {
+            let fill = shade(f64::from(k) / 1000.0);
+            let text = text_on(fill);
+            let other = if text == BLACK { WHITE } else { BLACK };
+            assert!(
+                contrast(text, fill) >= contrast(other, fill),
+                "value {k}/1000"
+            );
+            assert!(contrast(text, fill) >= 4.5, "value {k}/1000: {fill:?}");
+        }
+    }
+
+    /// The picture is drawn at 40-pixel cells with a colour bar from the darkest shade at
+    /// the top to white at the bottom, right of the grid.
+    #[test]
+    fn the_heatmap_has_large_cells_and_a_colour_bar() {
+        let (rows, cols) = (vec!["a".to_string(), "b".into()], vec!["x".to_string(); 3]);
+        let (w, h) = size(2, 3);
+        let mut buf = vec![0u8; (w * h * 3) as usize];
+        {
+            let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
+            let values = [0.0, 0.5, 1.0, 1.0, 0.0, 0.25];
+            draw(&root, "t", &rows, &cols, &values, &[]).unwrap();
+            root.present().unwrap();
+        }
+        let pixel = |x: i32, y: i32| {
+            let i = ((y as u32 * w + x as u32) * 3) as usize;
+            RGBColor(buf[i], buf[i + 1], buf[i + 2])
+        };
+        // Cell (0, 2) holds 1: the darkest shade, all 40 pixels across.
+        let (cx, cy) = (LABEL_W + 2 * CELL, TOP);
+        assert_eq!(pixel(cx + 1, cy + 20), shade(1.0));
+        assert_eq!(pixel(cx + CELL - 2, cy + 20), shade(1.0));
+        let bar = LABEL_W + 3 * CELL + 24 + BAR_W / 2;
+        assert!(luminance(pixel(bar, TOP + 1)) < luminance(shade(0.95)));
+        assert!(luminance(pixel(bar, TOP + 4 * CELL - 2)) > 0.95);
+        let mid = pixel(bar, TOP + 2 * CELL);
+        assert!(mid != WHITE && mid != shade(1.0), "{mid:?}");
+    }
 }

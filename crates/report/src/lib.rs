@@ -10,6 +10,7 @@
 //! - [`heatmap`]: a grid of values in [0, 1] with labelled rows and columns.
 //! - [`observer`]: the plots of a run, redrawn while it trains.
 //! - [`run_report`]: a run's page (`report.html`), with training time as a slider.
+//! - [`page`]: a static page in the run page's style, pictures embedded (`compare.html`).
 //!
 //! It draws data that the other crates compute and never computes any itself.
 
@@ -18,6 +19,7 @@ pub mod head_table;
 pub mod heatmap;
 pub mod loss;
 pub mod observer;
+pub mod page;
 pub mod plot;
 pub mod run_report;
 pub mod score_chart;

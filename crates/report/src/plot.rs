@@ -51,7 +51,33 @@ fn tick(x: f64) -> String {
     }
 }
 
-/// Draws `series` into a PNG at `path`.
+/// How one series is drawn beyond [`Series`]: its colour, and whether each point gets a
+/// marker (for series of a few points, where a bare line hides where the data are).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Style {
+    /// Line and marker colour.
+    pub color: RGBColor,
+    /// A filled circle at each point.
+    pub markers: bool,
+}
+
+impl Style {
+    /// Grey: a reference line that is no series' own (a tolerance, chance).
+    pub const NEUTRAL: Style = Style {
+        color: RGBColor(110, 110, 110),
+        markers: false,
+    };
+
+    /// The `i`-th colour of [`PALETTE`], without markers: what [`line_chart`] draws.
+    pub fn nth(i: usize) -> Self {
+        Self {
+            color: PALETTE[i % PALETTE.len()],
+            markers: false,
+        }
+    }
+}
+
+/// Draws `series` into a PNG at `path`, coloured in [`PALETTE`]'s order.
 pub fn line_chart(
     path: &Path,
     title: &str,
@@ -59,10 +85,27 @@ pub fn line_chart(
     y_label: &str,
     series: &[Series],
 ) -> Result<(), ReportError> {
+    let styled: Vec<(Series, Style)> = series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.clone(), Style::nth(i)))
+        .collect();
+    line_chart_styled(path, title, x_label, y_label, &styled)
+}
+
+/// [`line_chart`] with each series' [`Style`] chosen by the caller: a colour that means the
+/// same thing in several pictures (one per backend), markers where points are few.
+pub fn line_chart_styled(
+    path: &Path,
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[(Series, Style)],
+) -> Result<(), ReportError> {
     ensure_font();
     let all = series
         .iter()
-        .flat_map(|s| s.points.iter())
+        .flat_map(|(s, _)| s.points.iter())
         .filter(|p| p.1.is_finite());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in all {
@@ -98,19 +141,24 @@ pub fn line_chart(
         .x_label_formatter(&|x| tick(*x))
         .draw()
         .map_err(|e| err(&e))?;
-    for (i, s) in series.iter().enumerate() {
-        let color = PALETTE[i % PALETTE.len()];
+    for (s, look) in series {
+        let color = look.color;
         let style = if s.faint {
             color.mix(0.35).stroke_width(1)
         } else {
             color.stroke_width(2)
         };
         let points = s.points.iter().copied().filter(|p| p.1.is_finite());
+        let size = if look.markers { 5 } else { 0 };
         chart
-            .draw_series(LineSeries::new(points, style))
+            .draw_series(LineSeries::new(points, style).point_size(size))
             .map_err(|e| err(&e))?
             .label(s.label.clone())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
+            .legend(move |(x, y)| {
+                EmptyElement::at((x, y))
+                    + PathElement::new(vec![(0, 0), (18, 0)], style)
+                    + Circle::new((9, 0), size, color.filled())
+            });
     }
     chart
         .configure_series_labels()

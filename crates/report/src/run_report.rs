@@ -2,7 +2,9 @@
 //! slider replays every head's attention map, with the head scores and the loss marked at the
 //! same step, so a phase change shows as maps, scores and loss moving together.
 //!
-//! The results of `headlab patch` (`patch/patch.json`), when there are any, get a section.
+//! The results of `headlab patch` (`patch/patch.json`) and, on a grammar run, the syntactic
+//! heads (`syntax_history.csv` through training, `heads/syntax.json` at the end) get
+//! sections when there are any.
 //!
 //! What a run lacks (no tracked maps in a run made before they were kept, no head table
 //! before `headlab heads`, no sample from a run that was stopped) is said on the page and
@@ -10,6 +12,9 @@
 
 use std::path::{Path, PathBuf};
 
+use headlab_heads::syntax::{
+    SYNTAX_HISTORY_FILE, SyntaxPoint, parse_syntax_history, syntax_point_names,
+};
 use headlab_heads::{HISTORY_FILE, HeadHistory, MAPS_FILE, MapHistory, PatternScores};
 use headlab_train::config::RunConfig;
 use headlab_train::metrics::read_losses;
@@ -23,6 +28,9 @@ pub const REPORT_FILE: &str = "report.html";
 
 /// Where `headlab patch` leaves its results for the page, in a run directory.
 pub const PATCH_FILE: &str = "patch/patch.json";
+
+/// Where `headlab heads` keeps a grammar run's syntactic heads for the page.
+pub const SYNTAX_JSON: &str = "heads/syntax.json";
 
 /// The page's data, as the script reads it (`assets/report.js`).
 #[derive(Debug, Serialize)]
@@ -46,6 +54,10 @@ struct ReportData {
     table: Option<serde_json::Value>,
     /// `RUN/patch/patch.json` as written by `headlab patch`.
     patching: Option<serde_json::Value>,
+    /// The names of each tracked step's `syntax` values (`syntax_history.csv`'s columns).
+    syntax_names: Vec<String>,
+    /// `RUN/heads/syntax.json` as written by `headlab heads` on a grammar run.
+    syntax: Option<serde_json::Value>,
     sample: Option<String>,
     /// `RUN/beside.json` as `headlab report --beside` writes it: another run's sample.
     beside: Option<Beside>,
@@ -91,6 +103,9 @@ struct Tracked {
     maps: Option<String>,
     /// Per head, its gradient norm (the step before); `null` where not recorded.
     grad_norms: Vec<Option<f64>>,
+    /// A grammar run's syntactic scores per head, in `syntax_names` order; `None` where not
+    /// recorded.
+    syntax: Option<Vec<SyntaxPoint>>,
 }
 
 /// What `headlab report` wrote.
@@ -139,6 +154,12 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
             "imported weights, never trained here: {} fine-tunes them on your text",
             shell_with("train --resume", "--set data.path=FILE")
         ));
+    } else if let Some(pid) = run.training_pid() {
+        notes.push(format!(
+            "the run is still training (process {pid}): this page shows it as its last \
+             checkpoint left it, at step {step} of {}; training redraws the page when it ends",
+            config.train.max_iters
+        ));
     } else if !finished {
         notes.push(format!(
             "the run stopped at step {step} of {}: {} continues it",
@@ -158,6 +179,9 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         },
         None => None,
     };
+    let syntax_history = read(SYNTAX_HISTORY_FILE)
+        .map(|t| parse_syntax_history(&t))
+        .unwrap_or_default();
     let tracked: Vec<Tracked> = history
         .iter()
         .flat_map(|h| h.points.iter().zip(&h.grad_norms))
@@ -166,6 +190,10 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
             repeat_loss: *repeat_loss,
             scores: scores.iter().map(PatternScores::values).collect(),
             grad_norms: grads.iter().map(|g| g.is_finite().then_some(*g)).collect(),
+            syntax: syntax_history
+                .iter()
+                .find(|(s, _)| s == step)
+                .map(|(_, points)| points.clone()),
             maps: maps.as_ref().and_then(|m| {
                 m.steps
                     .iter()
@@ -193,6 +221,7 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         notes.push(format!("no head table: {} makes one", shell("heads")));
     }
     let patching = read(PATCH_FILE).and_then(|t| serde_json::from_str(&t).ok());
+    let syntax = read(SYNTAX_JSON).and_then(|t| serde_json::from_str(&t).ok());
     let sample = read(SAMPLE_FILE);
     if sample.is_none() {
         let why = if finished || untrained_import {
@@ -223,6 +252,8 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         tracked,
         table,
         patching,
+        syntax_names: syntax_point_names(),
+        syntax,
         sample,
         beside: read(BESIDE_FILE).and_then(|t| serde_json::from_str(&t).ok()),
     };

@@ -77,6 +77,11 @@ pub struct TrainConfig {
     pub schedule: Schedule,
     /// Share of `max_iters` the `wsd` schedule spends decaying. Default 0.2.
     pub cooldown_fraction: f64,
+    /// Tokens, from the start of the val split, whose loss a finished run measures in
+    /// windows of `block_size` (`result.json`'s `val_full_loss`); 0 skips it. Default
+    /// 1,000,000: the whole val split of every shipped config (tiny-shakespeare's has 111,540
+    /// chars) in seconds, and a bounded wait on a large text.
+    pub final_eval_tokens: usize,
 }
 
 /// `train.optimizer`.
@@ -129,6 +134,7 @@ impl Default for TrainConfig {
             muon_momentum: 0.95,
             schedule: Schedule::Cosine,
             cooldown_fraction: 0.2,
+            final_eval_tokens: 1_000_000,
         }
     }
 }
@@ -137,6 +143,74 @@ impl TrainConfig {
     /// `lr_decay_iters` after applying the default (`max_iters`).
     pub fn decay_iters(&self) -> usize {
         self.lr_decay_iters.unwrap_or(self.max_iters)
+    }
+
+    /// Settings that train but not as meant, one `warning:` line each. A warm-up as long as
+    /// the run is warned about rather than refused: a quick `--set train.max_iters=20` on a
+    /// recipe that warms up for 100 steps is a fair smoke test, only not a real run.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let default = TrainConfig::default();
+        if self.warmup_iters >= self.max_iters {
+            out.push(format!(
+                "warning: train.warmup_iters = {} is not shorter than the run (train.max_iters = \
+                 {}): the rate climbs towards train.lr = {} but ends at {:.2e}, never reaching \
+                 it; set train.warmup_iters below {} (the default run warms up for {} of {} \
+                 steps)",
+                self.warmup_iters,
+                self.max_iters,
+                self.lr,
+                self.lr_at(self.max_iters - 1),
+                self.max_iters,
+                default.warmup_iters,
+                default.max_iters
+            ));
+        } else if self.schedule == Schedule::Cosine
+            && let Some(decay) = self.lr_decay_iters
+            && self.warmup_iters >= decay
+        {
+            out.push(format!(
+                "warning: train.warmup_iters = {} is not shorter than train.lr_decay_iters = \
+                 {decay}: the rate climbs to train.lr, then drops straight to train.min_lr with \
+                 no decay between; set train.lr_decay_iters above {}",
+                self.warmup_iters, self.warmup_iters
+            ));
+        }
+        out
+    }
+
+    /// What a resume's `--set`s change besides the schedule ([`crate::schedule::schedule_move`]),
+    /// as `warning:` lines: keys that change the batches drawn from `step` on (each step's
+    /// batch comes from `(train.seed, step)` at the run's batch size, so the run will match no
+    /// uninterrupted one), and warnings of [`TrainConfig::warnings`] the `--set`s brought.
+    pub fn resume_warnings(&self, saved: &TrainConfig, step: usize) -> Vec<String> {
+        let mut out = Vec::new();
+        for (key, old, new) in [
+            (
+                "batch_size",
+                saved.batch_size as u64,
+                self.batch_size as u64,
+            ),
+            (
+                "grad_accum",
+                saved.grad_accum as u64,
+                self.grad_accum as u64,
+            ),
+            ("seed", saved.seed, self.seed),
+        ] {
+            // At step 0 no batch has been drawn yet: nothing to match.
+            if old != new && step > 0 {
+                out.push(format!(
+                    "warning: train.{key} is {new} (was {old}) from step {step} on: the batches \
+                     drawn from here differ from an uninterrupted run's, so this run will match \
+                     neither value trained throughout; resume without --set train.{key} to \
+                     continue the run as it was"
+                ));
+            }
+        }
+        let before = saved.warnings();
+        out.extend(self.warnings().into_iter().filter(|w| !before.contains(w)));
+        out
     }
 }
 
@@ -267,6 +341,9 @@ pub fn resolve_data_path(path: &Path, config_file: &Path, cwd: &Path) -> PathBuf
         .ancestors()
         .map(|dir| dir.join(path))
         .find(|candidate| candidate.is_file())
+        // Found through the config's folder, `cfg/../x.txt` is printed and saved as `x.txt`'s
+        // own path.
+        .map(|found| std::fs::canonicalize(&found).unwrap_or(found))
         .unwrap_or_else(|| path.to_path_buf())
 }
 
@@ -725,6 +802,106 @@ mod tests {
         );
     }
 
+    /// A warm-up as long as the run is warned about with the key, the rate it ends at
+    /// (10/5001 of lr: the ramp is lr (it + 1) / (warmup + 1)) and the fix; the shipped
+    /// configs and the default raise nothing.
+    #[test]
+    fn a_warmup_as_long_as_the_run_is_warned_about_with_the_fix() {
+        let t = TrainConfig {
+            warmup_iters: 5000,
+            max_iters: 10,
+            lr: 4e-3,
+            ..Default::default()
+        };
+        assert_eq!(
+            t.warnings(),
+            [format!(
+                "warning: train.warmup_iters = 5000 is not shorter than the run (train.max_iters \
+                 = 10): the rate climbs towards train.lr = 0.004 but ends at {:.2e}, never \
+                 reaching it; set train.warmup_iters below 10 (the default run warms up for 50 \
+                 of 2200 steps)",
+                4e-3 * 10.0 / 5001.0
+            )]
+        );
+        let decay = TrainConfig {
+            warmup_iters: 300,
+            lr_decay_iters: Some(200),
+            max_iters: 1000,
+            ..Default::default()
+        };
+        let lines = decay.warnings();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("train.lr_decay_iters = 200"), "{lines:?}");
+        assert!(TrainConfig::default().warnings().is_empty());
+        for entry in std::fs::read_dir(configs_dir()).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "toml") {
+                let c = RunConfig::load(&path).unwrap();
+                assert!(c.train.warnings().is_empty(), "{}", path.display());
+            }
+        }
+    }
+
+    /// A resume that changes the batch size, accumulation or seed is told that the batches
+    /// differ from there on, naming the key and the step; one that changes neither, or
+    /// starts at step 0 (an import), hears nothing, and a warm-up warning is repeated only
+    /// when the `--set`s brought it.
+    #[test]
+    fn a_resume_that_changes_the_batches_names_the_key() {
+        let saved = TrainConfig::default();
+        assert!(saved.resume_warnings(&saved, 100).is_empty());
+        let fine_tune = TrainConfig {
+            batch_size: 2,
+            ..saved.clone()
+        };
+        assert!(fine_tune.resume_warnings(&saved, 0).is_empty());
+        let longer = TrainConfig {
+            max_iters: 4000,
+            ..saved.clone()
+        };
+        assert!(longer.resume_warnings(&saved, 100).is_empty());
+        let smaller = TrainConfig {
+            batch_size: 8,
+            ..saved.clone()
+        };
+        let lines = smaller.resume_warnings(&saved, 100);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with("warning: train.batch_size is 8 (was 24) from step 100 on"),
+            "{lines:?}"
+        );
+        assert!(
+            lines[0].contains("differ from an uninterrupted run's"),
+            "{lines:?}"
+        );
+        let warmup = TrainConfig {
+            warmup_iters: 3000,
+            ..saved.clone()
+        };
+        let lines = warmup.resume_warnings(&saved, 100);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("train.warmup_iters = 3000"), "{lines:?}");
+    }
+
+    /// A data path found through the config's folder is the file's own path, without the
+    /// `cfg/..` it was found through.
+    #[test]
+    fn a_data_path_found_beside_the_config_is_printed_normalised() {
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().join("work");
+        std::fs::create_dir_all(work.join("cfg")).unwrap();
+        std::fs::write(work.join("x.txt"), "text").unwrap();
+        let found = resolve_data_path(Path::new("../x.txt"), Path::new("cfg/x.toml"), &work);
+        assert_eq!(found, std::fs::canonicalize(work.join("x.txt")).unwrap());
+        assert!(
+            !found
+                .components()
+                .any(|c| c == std::path::Component::ParentDir),
+            "{}",
+            found.display()
+        );
+    }
+
     #[test]
     fn shakespeare_config_is_nanogpt_cpu_recipe() {
         let c = RunConfig::load(configs_dir().join("shakespeare-char-cpu.toml")).unwrap();
@@ -939,7 +1116,7 @@ mod tests {
         let ConfigError::SetUnknownKey { valid, .. } = err else {
             panic!("wrong variant")
         };
-        assert_eq!(valid.len(), 25);
+        assert_eq!(valid.len(), 26);
         assert_eq!(section_fields("model").unwrap().len(), 20);
         assert_eq!(section_fields("data").unwrap().len(), 7);
         assert!(matches!(

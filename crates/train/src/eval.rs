@@ -64,27 +64,50 @@ impl LossSum {
 }
 
 impl LossSum {
-    /// The loss over every token of `split` in consecutive, non-overlapping windows of
-    /// `block_size` (the last one shorter), each starting fresh as in training: the same
-    /// tokens whatever the seed, unlike [`estimate_loss`]'s random windows. Full windows go
-    /// through the model [`FULL_SPLIT_ROWS`] at a time. `None` for a split of under 2 tokens.
-    pub fn of_split(model: &Gpt, data: &Dataset, split: Split, device: &Device) -> Option<Self> {
-        let tokens = data.tokens(split);
+    /// The loss over the first `max_tokens` tokens of `split` (all of it when the split is
+    /// shorter) in consecutive, non-overlapping windows of `block_size` (the last one
+    /// shorter), each starting fresh as in training: the same tokens whatever the seed,
+    /// unlike [`estimate_loss`]'s random windows. Full windows go through the model
+    /// [`FULL_SPLIT_ROWS`] at a time. `Ok(None)` for fewer than 2 tokens; `Err(Stopped)` when
+    /// a stop is requested ([`crate::stop`]) between two forward passes.
+    pub fn of_split(
+        model: &Gpt,
+        data: &Dataset,
+        split: Split,
+        max_tokens: usize,
+        device: &Device,
+    ) -> Result<Option<Self>, Stopped> {
+        let ids = data.tokens(split);
+        // Targets reach one token past the last input.
+        let end = ids.len().min(max_tokens.saturating_add(1));
         let t = model.config.block_size;
-        let windows = tokens.len().checked_sub(1)? / t;
+        let windows = end.checked_sub(1).map_or(0, |n| n / t);
         let mut sum = Self::default();
         for first in (0..windows).step_by(FULL_SPLIT_ROWS) {
+            if first > 0 {
+                crate::stop::test_point(format_args!("final"));
+            }
+            if crate::stop::requested() {
+                return Err(Stopped);
+            }
             let rows = FULL_SPLIT_ROWS.min(windows - first);
-            let (start, end) = (first * t, (first + rows) * t);
-            let window = (&tokens[start..end], &tokens[start + 1..end + 1]);
-            sum.add(model, window, (rows, t), None, device);
+            let (start, stop) = (first * t, (first + rows) * t);
+            let x = ids.to_vec(start..stop);
+            let y = ids.to_vec(start + 1..stop + 1);
+            sum.add(model, (&x, &y), (rows, t), None, device);
         }
-        let rest = LossSum::of_tokens(model, &tokens[windows * t..], t, device);
-        sum.nats += rest.nats;
-        sum.tokens += rest.tokens;
-        (sum.tokens > 0).then_some(sum)
+        if end > windows * t {
+            let rest = LossSum::of_tokens(model, &ids.to_vec(windows * t..end), t, device);
+            sum.nats += rest.nats;
+            sum.tokens += rest.tokens;
+        }
+        Ok((sum.tokens > 0).then_some(sum))
     }
 }
+
+/// A loss that was not finished because a stop was requested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stopped;
 
 /// Windows per forward pass of [`LossSum::of_split`].
 pub const FULL_SPLIT_ROWS: usize = 32;
@@ -95,16 +118,53 @@ pub fn estimate_loss(
     model: &Gpt,
     data: &Dataset,
     split: Split,
-    (iters, batch_size): (usize, usize),
+    batches: (usize, usize),
     seed: u64,
     device: &Device,
 ) -> Result<f64, DataError> {
+    estimate(model, data, split, batches, seed, device, || false)
+        .map(|loss| loss.unwrap_or(f64::NAN))
+}
+
+/// [`estimate_loss`] that gives up (`Ok(None)`) between batches once a stop is requested
+/// ([`crate::stop`]): the training loop's evaluations.
+pub fn estimate_loss_unless_stopped(
+    model: &Gpt,
+    data: &Dataset,
+    split: Split,
+    batches: (usize, usize),
+    seed: u64,
+    device: &Device,
+) -> Result<Option<f64>, DataError> {
+    estimate(
+        model,
+        data,
+        split,
+        batches,
+        seed,
+        device,
+        crate::stop::requested,
+    )
+}
+
+fn estimate(
+    model: &Gpt,
+    data: &Dataset,
+    split: Split,
+    (iters, batch_size): (usize, usize),
+    seed: u64,
+    device: &Device,
+    stop: impl Fn() -> bool,
+) -> Result<Option<f64>, DataError> {
     let t = model.config.block_size;
     let mut rng = StdRng::seed_from_u64(mix_seed(seed, split as u64, STREAM_EVAL));
     let mut sum = LossSum::default();
     for _ in 0..iters {
+        if stop() {
+            return Ok(None);
+        }
         let (x, y) = data.sample_batch(split, batch_size, t, &mut rng)?;
         sum.add(model, (&x, &y), (batch_size, t), None, device);
     }
-    Ok(sum.mean())
+    Ok(Some(sum.mean()))
 }

@@ -3,7 +3,7 @@
 //!
 //! - [`config`]: the TOML run config ([`RunConfig`]: `[model]`, `[train]`, `[data]`) and
 //!   `--set` overrides.
-//! - [`run`]: run directories, checkpoints with manifests, Ctrl-C.
+//! - [`run`]: run directories, checkpoints with manifests; [`stop`]: Ctrl-C and SIGTERM.
 //! - [`optim`], [`schedule`]: Optimizer and the learning rate.
 //! - [`step`]: one optimizer step (its learning rate, micro-batches, clipping, AdamW), the one
 //!   that `headlab compare` and the f64 truth take too.
@@ -23,6 +23,7 @@ pub mod optim;
 pub mod run;
 pub mod schedule;
 pub mod step;
+pub mod stop;
 pub mod trainer;
 
 pub use config::RunConfig;

@@ -28,9 +28,6 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use burn::tensor::Device;
 use headlab_model::{Gpt, GptConfig, WeightsError};
@@ -55,6 +52,10 @@ pub struct TrainState {
     /// out (0 in checkpoints from before it was kept).
     #[serde(default)]
     pub train_s: f64,
+    /// Stopped during the evaluation at `step`: a resumed run evaluates there first. Left out
+    /// of state.json when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pending_eval: bool,
 }
 
 /// `result.json`: what a finished run reached and what it cost, for comparing runs and for
@@ -78,13 +79,34 @@ pub struct RunResult {
     pub train_loss: f64,
     /// How `val_loss` and `train_loss` were estimated.
     pub estimator: String,
-    /// The loss of the whole val split in non-overlapping windows of the block size; `None`
-    /// when the split is too short.
+    /// The loss of the val split (its first `train.final_eval_tokens` tokens) in
+    /// non-overlapping windows of the block size; `None` when the split is too short, the
+    /// key is 0, or a stop request cut it short.
     pub val_full_loss: Option<f64>,
     /// Tokens `val_full_loss` averages.
     pub val_full_tokens: usize,
+    /// Tokens in the val split: `val_full_loss` covers all of it when `val_full_tokens` is
+    /// one less (the first token is context only). 0 in results from before it was kept.
+    #[serde(default)]
+    pub val_split_tokens: usize,
     /// The window both losses were measured in (`model.block_size`).
     pub block_size: usize,
+}
+
+/// While a run trains: the training process's id ([`RunDir::mark_training`]).
+pub const TRAINING_FILE: &str = ".training";
+
+/// Removes `RUN/.training` when dropped: training ended, one way or another (a killed process
+/// leaves it behind, and [`RunDir::training_pid`] sees that its process is gone).
+#[derive(Debug)]
+pub struct TrainingMark {
+    path: PathBuf,
+}
+
+impl Drop for TrainingMark {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
 }
 
 /// The file a finished run's [`RunResult`] is written to.
@@ -274,19 +296,6 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
     }
 }
 
-/// Set by SIGINT (Ctrl-C) when the binary asks for it: training stops at the end of the
-/// current step and saves a checkpoint.
-pub fn interrupt_flag() -> Arc<AtomicBool> {
-    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
-    FLAG.get_or_init(|| Arc::new(AtomicBool::new(false)))
-        .clone()
-}
-
-/// Whether an interrupt was requested (see [`interrupt_flag`]).
-pub fn interrupted() -> bool {
-    interrupt_flag().load(Ordering::SeqCst)
-}
-
 /// Test hook, compiled only with the `test-hooks` feature (the end-to-end tests turn it on;
 /// a normal build ignores the variable): with `HEADLAB_TEST_PAUSE=NAME:STAGE@STEP` in the
 /// environment, the process announces `headlab-test: paused at NAME:STAGE@STEP` on stderr
@@ -295,7 +304,7 @@ pub fn interrupted() -> bool {
 /// `swapped` (the old checkpoint moved aside, the new one not yet in place).
 #[cfg(feature = "test-hooks")]
 fn pause_point(name: &str, stage: &str, step: usize) {
-    static WANTED: OnceLock<Option<String>> = OnceLock::new();
+    static WANTED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
     let wanted = WANTED.get_or_init(|| std::env::var("HEADLAB_TEST_PAUSE").ok());
     let here = format!("{name}:{stage}@{step}");
     if wanted.as_deref() == Some(here.as_str()) {
@@ -600,6 +609,7 @@ impl RunDir {
         sync(&manifest_path)?;
         sync_dir(&tmp);
         pause_point(name, "written", state.step);
+        crate::stop::test_point(format_args!("{name}:written@{}", state.step));
 
         let target = self.checkpoint(name);
         let old = self.root.join(format!(".{name}.old"));
@@ -639,17 +649,43 @@ impl RunDir {
     /// The step of the `last` checkpoint, as its `state.json` says: where a stopped run
     /// stopped (its evaluations may end earlier). `None` when there is no readable one.
     pub fn last_step(&self) -> Option<usize> {
-        let dir = self.checkpoint_dir("last").ok()?;
+        self.checkpoint_state("last").map(|s| s.step)
+    }
+
+    /// The `state.json` of checkpoint `name`, `None` when there is no readable one.
+    pub fn checkpoint_state(&self, name: &str) -> Option<TrainState> {
+        let dir = self.checkpoint_dir(name).ok()?;
         let text = fs::read_to_string(dir.join("state.json")).ok()?;
-        serde_json::from_str::<TrainState>(&text)
-            .ok()
-            .map(|s| s.step)
+        serde_json::from_str(&text).ok()
     }
 
     /// Whether the run was made by `headlab import` (its weights came from elsewhere; until a
     /// `--resume` gives it `data.path`, it has no text).
     pub fn is_imported(&self) -> bool {
         self.root.join(IMPORT_FILE).is_file()
+    }
+
+    /// Marks the run as in training until the mark is dropped: `RUN/.training` holds this
+    /// process's id, so `headlab report` and `headlab heads` can say the run is not finished.
+    pub fn mark_training(&self) -> Result<TrainingMark, RunError> {
+        let path = self.root.join(TRAINING_FILE);
+        fs::write(&path, format!("{}\n", std::process::id())).map_err(io(&path))?;
+        Ok(TrainingMark { path })
+    }
+
+    /// The process training this run now, if any: the mark's process id while that process
+    /// runs. A mark left by a killed process is ignored (where `/proc` tells which are alive).
+    pub fn training_pid(&self) -> Option<u32> {
+        let text = fs::read_to_string(self.root.join(TRAINING_FILE)).ok()?;
+        let pid: u32 = text.trim().parse().ok()?;
+        let proc = Path::new("/proc");
+        if !proc.is_dir() {
+            return Some(pid);
+        }
+        let cmdline = fs::read(proc.join(pid.to_string()).join("cmdline")).ok()?;
+        String::from_utf8_lossy(&cmdline)
+            .contains("headlab")
+            .then_some(pid)
     }
 
     /// Whether checkpoint `name` exists.
@@ -855,6 +891,22 @@ pub fn open_trained(
     };
     let device = backend.device()?;
     let gpt = config.model.clone().with_vocab_size(tokenizer.vocab_size());
+    // A run stopped between evaluations has a `best` older than its `last`, perhaps from
+    // step 0: say which model answers.
+    if name == "best"
+        && let (Some(best), Some(last)) =
+            (run.checkpoint_state("best"), run.checkpoint_state("last"))
+        && last.step > best.step
+    {
+        let loss = best
+            .best_val_loss
+            .map_or(String::new(), |l| format!(", val loss {l:.4}"));
+        eprintln!(
+            "note: using checkpoint best (step {}{loss}); the run's last checkpoint is at \
+             step {}: --checkpoint last uses it",
+            best.step, last.step
+        );
+    }
     let (model, _) =
         run.load_model(name, &gpt, &device)
             .map_err(|source| OpenError::Checkpoint {

@@ -71,9 +71,167 @@ impl crate::config::TrainConfig {
     }
 }
 
+/// Why a resumed run's learning rate at `step` differs from the one its saved `[train]`
+/// section gives, as one line: `note:` when every cause is a key the user changed on purpose
+/// (`train.lr`, ...), `warning:` when `train.max_iters` moved the decay as a side effect (the
+/// cosine follows it unless `train.lr_decay_iters` is set; `wsd`'s cooldown always does),
+/// with the `--set` that keeps the old decay where one exists. `None` when the rate stays,
+/// and at step 0 (an imported run, or one stopped before its first step), where no old
+/// schedule has run.
+pub fn schedule_move(
+    saved: &crate::config::TrainConfig,
+    now: &crate::config::TrainConfig,
+    step: usize,
+) -> Option<String> {
+    let (before, after) = (saved.lr_at(step), now.lr_at(step));
+    if step == 0 || (after - before).abs() <= 1e-3 * before.abs() {
+        return None;
+    }
+    let mut causes = Vec::new();
+    let mut side_effect = false;
+    let mut changed = |key: &str, old: String, new: String| {
+        if old != new {
+            causes.push(format!("train.{key} is {new} (was {old})"));
+        }
+    };
+    let name = |t: &crate::config::TrainConfig| match t.schedule {
+        Schedule::Cosine => "cosine".to_string(),
+        Schedule::Wsd => "wsd".to_string(),
+    };
+    changed("schedule", name(saved), name(now));
+    changed("lr", saved.lr.to_string(), now.lr.to_string());
+    changed("min_lr", saved.min_lr.to_string(), now.min_lr.to_string());
+    let warmup = |t: &crate::config::TrainConfig| t.warmup_iters.to_string();
+    changed("warmup_iters", warmup(saved), warmup(now));
+    if saved.schedule == now.schedule {
+        match now.schedule {
+            Schedule::Cosine if saved.decay_iters() != now.decay_iters() => {
+                if saved.lr_decay_iters.is_none() && now.lr_decay_iters.is_none() {
+                    side_effect = true;
+                    causes.push(format!(
+                        "the cosine decay follows train.max_iters, so it now ends at step {} \
+                         instead of {}; to keep the old decay add --set train.lr_decay_iters={}",
+                        now.decay_iters(),
+                        saved.decay_iters(),
+                        saved.decay_iters()
+                    ));
+                } else {
+                    let show = |t: &crate::config::TrainConfig| t.decay_iters().to_string();
+                    changed("lr_decay_iters", show(saved), show(now));
+                }
+            }
+            Schedule::Wsd => {
+                let fraction = |t: &crate::config::TrainConfig| t.cooldown_fraction.to_string();
+                changed("cooldown_fraction", fraction(saved), fraction(now));
+                if saved.max_iters != now.max_iters {
+                    side_effect = true;
+                    let start = |t: &crate::config::TrainConfig| {
+                        t.max_iters.saturating_sub(t.cooldown_iters())
+                    };
+                    causes.push(format!(
+                        "the wsd cooldown is the last train.cooldown_fraction of train.max_iters, \
+                         so it now runs from step {} instead of {}",
+                        start(now),
+                        start(saved)
+                    ));
+                }
+            }
+            Schedule::Cosine => {}
+        }
+    }
+    let kind = if side_effect { "warning" } else { "note" };
+    Some(format!(
+        "{kind}: resuming at step {step}, the learning rate is {after:.2e} instead of \
+         {before:.2e}: {}",
+        causes.join("; ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::lr_at;
+    use crate::config::{Schedule, TrainConfig};
+
+    /// Each line names what moved the rate, and only a side effect of train.max_iters gets a
+    /// fix; the values are worked by hand from nanoGPT's schedule.
+    #[test]
+    fn a_resume_names_what_moved_the_rate_and_offers_a_fix_only_for_a_side_effect() {
+        let saved = TrainConfig {
+            max_iters: 2200,
+            lr: 4e-3,
+            min_lr: 2e-4,
+            warmup_iters: 50,
+            ..Default::default()
+        };
+        let with = |f: &dyn Fn(&mut TrainConfig)| {
+            let mut t = saved.clone();
+            f(&mut t);
+            t
+        };
+        // The same schedule, or nothing trained yet: nothing to say.
+        assert_eq!(super::schedule_move(&saved, &saved, 1000), None);
+        assert_eq!(
+            super::schedule_move(&saved, &with(&|t| t.lr = 1e-3), 0),
+            None
+        );
+        // train.lr: the cosine at step 50 is at its peak, the new one.
+        let lr = with(&|t| t.lr = 2e-3);
+        let line = super::schedule_move(&saved, &lr, 50).unwrap();
+        assert_eq!(
+            line,
+            "note: resuming at step 50, the learning rate is 2.00e-3 instead of 4.00e-3: \
+             train.lr is 0.002 (was 0.004)"
+        );
+        // train.max_iters stretches the cosine: at step 1125 of 50..2200 it is half-way
+        // (2.1e-3); of 50..4350, a quarter of the way (cos 45 degrees).
+        let longer = with(&|t| t.max_iters = 4350);
+        let line = super::schedule_move(&saved, &longer, 1125).unwrap();
+        let quarter = 2e-4 + 0.5 * (1.0 + std::f64::consts::FRAC_1_SQRT_2) * 3.8e-3;
+        assert_eq!(
+            line,
+            format!(
+                "warning: resuming at step 1125, the learning rate is {quarter:.2e} instead of \
+                 2.10e-3: the cosine decay follows train.max_iters, so it now ends at step 4350 \
+                 instead of 2200; to keep the old decay add --set train.lr_decay_iters=2200"
+            )
+        );
+        // The fix it offers works: with it the rate does not move.
+        let fixed = with(&|t| {
+            t.max_iters = 4350;
+            t.lr_decay_iters = Some(2200);
+        });
+        assert_eq!(super::schedule_move(&saved, &fixed, 1125), None);
+        // An explicit decay end is named as such.
+        let decay = with(&|t| t.lr_decay_iters = Some(1000));
+        let line = super::schedule_move(&saved, &decay, 800).unwrap();
+        assert!(line.starts_with("note:"), "{line}");
+        assert!(
+            line.ends_with("train.lr_decay_iters is 1000 (was 2200)"),
+            "{line}"
+        );
+        // Two keys at once are both named.
+        let both = with(&|t| {
+            t.min_lr = 0.0;
+            t.warmup_iters = 100;
+        });
+        let line = super::schedule_move(&saved, &both, 60).unwrap();
+        assert!(
+            line.ends_with("train.min_lr is 0 (was 0.0002); train.warmup_iters is 100 (was 50)"),
+            "{line}"
+        );
+        // wsd: a longer run moves its cooldown (the last 20%: 1760 -> 3360).
+        let wsd = with(&|t| t.schedule = Schedule::Wsd);
+        let wsd_longer = with(&|t| {
+            t.schedule = Schedule::Wsd;
+            t.max_iters = 4200;
+        });
+        let line = super::schedule_move(&wsd, &wsd_longer, 2000).unwrap();
+        assert!(line.starts_with("warning:"), "{line}");
+        assert!(
+            line.contains("now runs from step 3360 instead of 1760"),
+            "{line}"
+        );
+    }
 
     #[test]
     fn warms_up_linearly_then_follows_a_half_cosine_to_min_lr() {

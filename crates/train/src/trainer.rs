@@ -20,7 +20,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use thiserror::Error;
 
 use crate::config::{ConfigError, RunConfig, TrainConfig, ValidationError};
-use crate::eval::estimate_loss;
+use crate::eval::estimate_loss_unless_stopped;
 use crate::grammar::{Grammaticality, grammaticality, is_grammar_run, percent};
 use crate::metrics::{Metric, Metrics};
 use crate::optim::Optimizer;
@@ -137,6 +137,19 @@ pub enum TrainError {
         /// The run directory.
         run: PathBuf,
     },
+    /// A stop request after the last step, while the val split's loss was measured.
+    #[error(
+        "interrupted after the last step ({step}): the run is complete and saved in {}, \
+         without its loss over the val split (headlab eval {} measures it) and its head \
+         table (headlab heads {})",
+        .run.display(), .run.display(), .run.display()
+    )]
+    InterruptedAfterTraining {
+        /// The run's last step.
+        step: usize,
+        /// The run directory.
+        run: PathBuf,
+    },
 }
 
 /// What `headlab train` was asked to do.
@@ -184,22 +197,43 @@ pub struct TrainSummary {
     pub grammar: Option<Grammaticality>,
     /// Compute, time and the full val split's loss, as `result.json` records them.
     pub result: RunResult,
+    /// A stop request came after the last step, during the loss over the val split: the run
+    /// is complete and saved, that loss is missing.
+    pub stopped: bool,
+    /// The run's data, for analysis after training without reading its text again.
+    pub dataset: Dataset,
 }
 
 impl RunResult {
     /// The finished run's numbers: the last evaluation's losses, the compute of every step
-    /// taken, the seconds in steps, and the loss of the whole val split.
+    /// taken, the seconds in steps, and the loss of the val split up to
+    /// `train.final_eval_tokens` (left out when a stop request cuts it short: the flag).
     fn measure(
         model: &Gpt,
         data: &Dataset,
         tc: &TrainConfig,
         lp: &Loop<'_>,
         device: &burn::tensor::Device,
-    ) -> Self {
+    ) -> (Self, bool) {
         let t = model.config.block_size;
         let tokens = (lp.state.step * tc.batch_size * t * tc.grad_accum) as u64;
-        let full = crate::eval::LossSum::of_split(model, data, Split::Val, device);
-        RunResult {
+        let full = match tc.final_eval_tokens {
+            0 => Ok(None),
+            max => {
+                lp.bar.suspend(|| {
+                    eprintln!(
+                        "measuring the loss over {} tokens of the val split \
+                         (train.final_eval_tokens)",
+                        data.len(Split::Val).saturating_sub(1).min(max)
+                    )
+                });
+                crate::eval::LossSum::of_split(model, data, Split::Val, max, device)
+            }
+        };
+        // A request during the sample, or with no loss to measure, stops here all the same.
+        let stopped = full.is_err() || crate::stop::requested();
+        let full = full.ok().flatten();
+        let result = RunResult {
             steps: lp.state.step,
             tokens,
             flops_per_token: model.config.flops_per_token(),
@@ -214,8 +248,10 @@ impl RunResult {
             ),
             val_full_loss: full.map(|f| f.mean()),
             val_full_tokens: full.map_or(0, |f| f.tokens),
+            val_split_tokens: data.len(Split::Val),
             block_size: t,
-        }
+        };
+        (result, stopped)
     }
 }
 
@@ -339,13 +375,24 @@ fn train_resolved(
         .with_vocab_size(dataset.tokenizer().vocab_size());
     let device = backend.device()?.autodiff();
     let _keep_pages = KeepFreedPages::new();
+    // From here on a stop request ends in a checkpoint instead of ending the process.
+    crate::stop::at_stake();
 
     // A run killed before its first checkpoint starts again from step 0.
     let resuming = options.resume && run.has_checkpoint("last");
+    if options.resume && !resuming {
+        eprintln!(
+            "note: {} has no checkpoint (it was stopped before its first one was saved): \
+             training starts again from step 0 with the run's config",
+            run.root.display()
+        );
+    }
     let init = options.init.as_ref();
     let (mut model, optim, state) =
         starting_point(&run, resuming, &gpt_config, &tc, &device, init)?;
-    if resuming && state.step >= tc.max_iters {
+    // A run stopped during its last evaluation still has that evaluation and its end to do.
+    let unfinished_end = state.pending_eval && state.step == tc.max_iters;
+    if resuming && state.step >= tc.max_iters && !unfinished_end {
         return Err(TrainError::AlreadyDone {
             step: state.step,
             max_iters: tc.max_iters,
@@ -361,6 +408,7 @@ fn train_resolved(
             run.record_data(text)?;
         }
     }
+    let _training = run.mark_training()?;
     let mut metrics = Metrics::open(run.metrics_path(), !resuming)?;
     if resuming {
         metrics.truncate_after(state.step)?;
@@ -393,9 +441,10 @@ fn train_resolved(
         device,
         bar: progress_bar(tc.max_iters, state.step),
         started: Instant::now() - std::time::Duration::from_secs_f64(state.elapsed_s),
-        resumed_at: resuming.then_some(state.step),
+        resumed_at: (resuming && !state.pending_eval).then_some(state.step),
         last_losses: (f64::NAN, f64::NAN),
         window: (Instant::now(), 0),
+        last_line: (!std::io::IsTerminal::is_terminal(&std::io::stderr())).then(Instant::now),
         run: &run,
         train: &tc,
         dataset: &dataset,
@@ -441,33 +490,32 @@ fn train_resolved(
         path: sample_path.clone(),
         source,
     })?;
-    let result = RunResult::measure(&model.valid(), &dataset, &tc, &lp, &lp.eval_device);
+    let (result, stopped) = RunResult::measure(&model.valid(), &dataset, &tc, &lp, &lp.eval_device);
     run.write_result(&result)?;
+    let (train_loss, val_loss) = lp.last_losses;
+    let grammar = lp.grammar;
+    drop(lp);
     Ok(TrainSummary {
         run: run.root.clone(),
-        train_loss: lp.last_losses.0,
-        val_loss: lp.last_losses.1,
-        grammar: lp.grammar,
+        train_loss,
+        val_loss,
+        grammar,
         sample,
         result,
+        stopped,
+        dataset,
     })
 }
 
-/// The learning-rate schedule follows `train.max_iters` unless `train.lr_decay_iters` is set,
-/// so extending a run stretches its cosine: say so when that moves the rate at the step the
-/// run resumes from.
+/// What a resume's `--set`s change from the step it resumes at: the learning rate (naming
+/// the key that moved it; extending a run stretches its cosine unless `train.lr_decay_iters`
+/// is set), the batches it draws, a warm-up that outlasts the run.
 fn warn_if_schedule_moves(saved: &TrainConfig, now: &TrainConfig, step: usize) {
-    let lr = |t: &TrainConfig| t.lr_at(step);
-    let (before, after) = (lr(saved), lr(now));
-    if (after - before).abs() > 1e-3 * before.abs() {
-        eprintln!(
-            "warning: the learning rate at step {step} moves from {before:.2e} to {after:.2e}: \
-             the cosine decay now ends at step {} instead of {}. To keep the old schedule, \
-             add --set train.lr_decay_iters={}",
-            now.decay_iters(),
-            saved.decay_iters(),
-            saved.decay_iters()
-        );
+    let lines = crate::schedule::schedule_move(saved, now, step)
+        .into_iter()
+        .chain(now.resume_warnings(saved, step));
+    for line in lines {
+        eprintln!("{line}");
     }
 }
 
@@ -562,6 +610,7 @@ fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
         let mut config = options.config.clone();
         let d = &config.data;
         let (text, description) = load_text(d, config.train.seed)?;
+        crate::stop::test_point(format_args!("prepare"));
         let dataset = Dataset::build(
             &text,
             d.tokenizer,
@@ -585,6 +634,7 @@ fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
             config.data.path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
         }
         let tokenizer = dataset.tokenizer();
+        crate::stop::at_stake();
         let run =
             RunDir::create_with(&options.out, options.force, &config, tokenizer, Some(&text))?;
         (run, config.clone(), dataset, config, None)
@@ -691,6 +741,7 @@ fn starting_point(
         best_val_loss: None,
         elapsed_s: 0.0,
         train_s: 0.0,
+        pending_eval: false,
     };
     Ok((
         model,
@@ -724,30 +775,30 @@ struct Loop<'a> {
     last_losses: (f64, f64),
     /// Since when, and over how many steps, the logged tokens/s is measured.
     window: (Instant, usize),
+    /// With stderr not a terminal (a log, a CI job), where the bar draws nothing: when the
+    /// last progress line was printed.
+    last_line: Option<Instant>,
 }
 
 impl Loop<'_> {
     /// Evaluates at step `it`, writes the losses, saves the checkpoints, tells the observers.
+    /// A stop request between its batches saves `last` at `it` marked for evaluation, so the
+    /// resumed run evaluates there first.
     fn evaluate(&mut self, model: &Gpt, it: usize, lr: f64) -> Result<(), TrainError> {
         let (tc, data) = (self.train, self.dataset);
         let valid = model.valid();
         let batches = (tc.eval_iters, tc.batch_size);
-        let tr = estimate_loss(
-            &valid,
-            data,
-            Split::Train,
-            batches,
-            tc.seed,
-            &self.eval_device,
-        )?;
-        let va = estimate_loss(
-            &valid,
-            data,
-            Split::Val,
-            batches,
-            tc.seed,
-            &self.eval_device,
-        )?;
+        self.bar.set_message(format!("evaluating at step {it}"));
+        let loss = |split| {
+            estimate_loss_unless_stopped(&valid, data, split, batches, tc.seed, &self.eval_device)
+        };
+        let Some(tr) = loss(Split::Train)? else {
+            return self.stop_in_evaluation(model, it);
+        };
+        crate::stop::test_point(format_args!("eval@{it}"));
+        let Some(va) = loss(Split::Val)? else {
+            return self.stop_in_evaluation(model, it);
+        };
         // A diverged model is never saved over the last good checkpoint.
         ensure_finite(
             &self.bar,
@@ -757,6 +808,9 @@ impl Loop<'_> {
             it,
             lr,
         )?;
+        if crate::stop::requested() {
+            return self.stop_in_evaluation(model, it);
+        }
         self.last_losses = (tr, va);
         self.grammar = grammaticality(&valid, data.tokenizer(), self.grammar_sentences, tc.seed);
         let elapsed = self.started.elapsed().as_secs_f64();
@@ -788,6 +842,7 @@ impl Loop<'_> {
             .suspend(|| eprintln!("step {it:>6}: train loss {tr:.4}, val loss {va:.4}{grammar}"));
         self.state.step = it;
         self.state.elapsed_s = elapsed;
+        self.state.pending_eval = false;
         let improved = self.state.best_val_loss.is_none_or(|best| va < best);
         // `best` first: a crash between the two leaves `last` older, and the resumed run
         // redoes (and re-saves) this step exactly.
@@ -804,17 +859,41 @@ impl Loop<'_> {
         Ok(())
     }
 
-    /// Ctrl-C: stop between steps, with a checkpoint at step `it` to resume from.
+    /// A stop request: stop between steps, with a checkpoint at step `it` to resume from.
     fn stop_if_interrupted(&mut self, model: &Gpt, it: usize) -> Result<(), TrainError> {
-        if !crate::run::interrupted() {
+        if !crate::stop::requested() {
             return Ok(());
         }
         if self.state.step != it {
-            self.state.step = it;
-            self.state.elapsed_s = self.started.elapsed().as_secs_f64();
-            self.run
-                .save_checkpoint("last", model, &self.optim, &self.state, &self.trained_on)?;
+            self.save_stopped(model, it, false)?;
         }
+        self.stopped(it)
+    }
+
+    /// A stop request during the evaluation at step `it`: `last` is saved there, marked so
+    /// that the resumed run evaluates first.
+    fn stop_in_evaluation(&mut self, model: &Gpt, it: usize) -> Result<(), TrainError> {
+        if !(self.state.step == it && self.state.pending_eval) {
+            self.save_stopped(model, it, true)?;
+        }
+        self.stopped(it)
+    }
+
+    fn save_stopped(
+        &mut self,
+        model: &Gpt,
+        it: usize,
+        pending_eval: bool,
+    ) -> Result<(), TrainError> {
+        self.state.step = it;
+        self.state.pending_eval = pending_eval;
+        self.state.elapsed_s = self.started.elapsed().as_secs_f64();
+        self.run
+            .save_checkpoint("last", model, &self.optim, &self.state, &self.trained_on)?;
+        Ok(())
+    }
+
+    fn stopped(&self, it: usize) -> Result<(), TrainError> {
         self.bar.abandon();
         Err(TrainError::Interrupted {
             step: it,
@@ -839,6 +918,7 @@ impl Loop<'_> {
             |m, g, lr| {
                 let values = [("loss", g.loss), ("gradient norm", g.norm)];
                 ensure_finite(bar, run, saved, &values, it, lr)?;
+                crate::stop::test_point(format_args!("step@{it}"));
                 for observer in observers.iter_mut() {
                     observer
                         .gradients(it, m, &g.grads)
@@ -869,12 +949,25 @@ impl Loop<'_> {
         }
         self.bar.set_position(it as u64 + 1);
         let loss = step.loss;
-        self.bar.set_message(format!(
-            "loss {loss:.4} lr {lr:.2e} {tokens_per_s:.0} tok/s"
-        ));
+        let message = format!("loss {loss:.4} lr {lr:.2e} {tokens_per_s:.0} tok/s");
+        if let Some(last) = &mut self.last_line
+            && last.elapsed() >= PROGRESS_LINE_EVERY
+        {
+            *last = Instant::now();
+            let elapsed = self.started.elapsed().as_secs_f64();
+            eprintln!(
+                "step {}/{}: {message}, {elapsed:.0} s",
+                it + 1,
+                tc.max_iters
+            );
+        }
+        self.bar.set_message(message);
         Ok(model)
     }
 }
+
+/// How often a run whose stderr is not a terminal prints a progress line between evaluations.
+const PROGRESS_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// Stops a run whose loss or gradient went non-finite at step `step`: the first non-finite of
 /// `values` as an error that names the last good checkpoint (`last`, at step `saved`).
@@ -913,7 +1006,7 @@ fn sample_text(
         .encode("\n")
         .ok()
         .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| data.tokens(Split::Val)[..1].to_vec());
+        .unwrap_or_else(|| data.tokens(Split::Val).to_vec(0..1));
     let sampling = Sampling {
         seed,
         temperature: temperature as f32,
@@ -921,23 +1014,25 @@ fn sample_text(
     };
     let mut stream = StreamDecoder::new();
     let mut text = String::new();
-    let mut stdout = std::io::stdout();
-    if print {
-        println!("--- sample ---");
-    }
+    // Printing stops quietly if stdout's reader went away (`| head`): the run still saves
+    // its sample and results.
+    let mut stdout = print.then(std::io::stdout);
+    let mut show = |piece: &str| {
+        if let Some(out) = &mut stdout
+            && write!(out, "{piece}").and_then(|()| out.flush()).is_err()
+        {
+            stdout = None;
+        }
+    };
+    show("--- sample ---\n");
     let result = model.generate(&prompt, n, &sampling, |token| {
         let piece = stream.push(&tokenizer.decode_token_bytes(&[token]));
-        if print {
-            print!("{piece}");
-            let _ = stdout.flush();
-        }
+        show(&piece);
         text.push_str(&piece);
     });
     let rest = stream.finish();
     text.push_str(&rest);
-    if print {
-        println!("{rest}");
-    }
+    show(&format!("{rest}\n"));
     if result.is_err() {
         text.clear();
     }

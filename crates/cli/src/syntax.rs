@@ -1,0 +1,568 @@
+//! The syntactic heads of a run on the built-in grammar corpus, for `headlab heads` and
+//! `headlab train`: each head's score on each dependency against the best fixed-offset rule,
+//! the heads that look at the verb's subject where the verb writes its number, and whether
+//! zeroing them breaks agreement ([`headlab_heads::syntax`]).
+//!
+//! Measured on a fixed held-out text: the start of the run's val split, from the end of its
+//! first sentence (the split may cut into it) to the end of its [`MAX_SENTENCES`]th whole one
+//! after that. Files written beside the head table:
+//!
+//! - `syntax.txt`: that text.
+//! - `syntax.csv` ([`SYNTAX_HEADER`]), one row per head and relation: `n` arcs scored (those
+//!   whose earlier word is inside the model's context window when the sentence's "." is
+//!   read), `accuracy` (share whose later word attends most to the earlier one), `mass`
+//!   (mean attention on it), `baseline_offset` and `baseline_accuracy` (the best "attend k
+//!   words back" rule on the same arcs), `role` (`true` when accuracy beats the baseline by
+//!   [`ROLE_MARGIN`] over at least [`ROLE_MIN_ARCS`] arcs).
+//! - `agreement.csv` ([`AGREEMENT_HEADER`]), the ablation sweep: `ablated` heads (`1.1+1.2`,
+//!   `none` intact), `kind` (`intact`, `tracked`, `control`), `n` verbs whose attractor
+//!   differs from the subject in number, forced-choice `accuracy` (0.5 is chance) and
+//!   `mean_p_right`; then what the model writes with those heads zeroed: `sampled`
+//!   sentences (the run's `train.grammar_sentences`, at its seed), the share `well_formed`
+//!   and the share `agreeing` by the grammar checker (empty when none were sampled).
+//! - `syntax.json`: the same for the run's page.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use burn::tensor::Device;
+use headlab_data::syntax::Relation;
+use headlab_data::{BuiltinCorpus, Dataset, Tokenizer};
+use headlab_heads::syntax::{
+    AblationKind, AblationRow, AgreementScore, HeadId, MAX_SENTENCES, ROLE_MARGIN, ROLE_MIN_ARCS,
+    RelationScore, Sampled, SyntaxRoles, SyntaxScores, ablation_sweep, subject_trackers,
+    syntax_roles, syntax_scores, val_probe,
+};
+use headlab_model::Gpt;
+use headlab_train::config::RunConfig;
+
+/// How much more attention than the attractor a head must put on the subject to be a
+/// subject tracker ([`subject_trackers`]).
+pub const TRACKER_MARGIN: f64 = 0.1;
+/// The most control sets of the sweep: every pair of other heads on the default run.
+pub const MAX_CONTROLS: usize = 20;
+
+pub const TEXT_FILE: &str = "syntax.txt";
+pub const SYNTAX_FILE: &str = "syntax.csv";
+pub const AGREEMENT_FILE: &str = "agreement.csv";
+/// All of it for the run's page (`headlab_report::SYNTAX_JSON` in the run).
+pub const JSON_FILE: &str = "syntax.json";
+pub const SYNTAX_HEADER: &str =
+    "layer,head,relation,n,accuracy,mass,baseline_offset,baseline_accuracy,role";
+pub const AGREEMENT_HEADER: &str =
+    "ablated,kind,n,accuracy,mean_p_right,sampled,well_formed,agreeing";
+
+/// What [`measure`] found.
+#[derive(Debug, Clone)]
+pub struct SyntaxReport {
+    /// Sentences of the val split measured on.
+    pub sentences: usize,
+    /// Their characters.
+    pub chars: usize,
+    pub scores: SyntaxScores,
+    pub roles: Vec<SyntaxRoles>,
+    /// The heads ablated as trackers.
+    pub tracked: Vec<HeadId>,
+    /// Whether no head passed [`TRACKER_MARGIN`], so `tracked` is the head with the most
+    /// subject mass.
+    pub fallback: bool,
+    pub sweep: Vec<AblationRow>,
+}
+
+/// The syntax scores, roles and ablation sweep of a grammar run, written into `out`; `None`
+/// for a run on anything but the built-in grammar corpus, or with too little val text.
+pub fn measure(
+    config: &RunConfig,
+    data: &Dataset,
+    tokenizer: &Tokenizer,
+    model: &Gpt,
+    device: &Device,
+    out: &Path,
+) -> Result<Option<SyntaxReport>> {
+    if config.data.builtin.as_deref() != Some(BuiltinCorpus::Grammar.name()) {
+        return Ok(None);
+    }
+    let Some((probe, sentences)) =
+        val_probe(data, tokenizer, MAX_SENTENCES).context("reading the val split's sentences")?
+    else {
+        return Ok(None);
+    };
+    let text = probe.text.as_str();
+    let scores = syntax_scores(model, &probe, device);
+    let roles = syntax_roles(&scores);
+    let mut tracked = subject_trackers(&scores, TRACKER_MARGIN);
+    let fallback = tracked.is_empty();
+    if fallback {
+        // The first of the largest, layer-major.
+        let best = scores.agreement.iter().filter(|a| a.n > 0).reduce(|b, a| {
+            if a.subject_mass > b.subject_mass {
+                a
+            } else {
+                b
+            }
+        });
+        tracked.extend(best.map(|a| (a.layer, a.head)));
+    }
+    let sample = (config.train.grammar_sentences, config.train.seed);
+    let sweep = ablation_sweep(
+        model,
+        tokenizer,
+        &probe,
+        &tracked,
+        MAX_CONTROLS,
+        sample,
+        device,
+    )?;
+    let report = SyntaxReport {
+        sentences,
+        chars: text.len(),
+        scores,
+        roles,
+        tracked,
+        fallback,
+        sweep,
+    };
+    let write = |name: &str, body: String| {
+        let path = out.join(name);
+        std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))
+    };
+    write(TEXT_FILE, format!("{text}\n"))?;
+    write(SYNTAX_FILE, syntax_csv(&report))?;
+    write(JSON_FILE, syntax_json(&report).to_string())?;
+    write(AGREEMENT_FILE, agreement_csv(&report.sweep))?;
+    Ok(Some(report))
+}
+
+fn head_name((layer, head): HeadId) -> String {
+    format!("{layer}.{head}")
+}
+
+fn heads_name(heads: &[HeadId]) -> String {
+    if heads.is_empty() {
+        return "none".to_string();
+    }
+    heads
+        .iter()
+        .map(|&h| head_name(h))
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
+fn has_role(roles: &[SyntaxRoles], r: &RelationScore) -> bool {
+    roles
+        .iter()
+        .any(|o| (o.layer, o.head) == (r.layer, r.head) && o.roles.contains(&r.relation))
+}
+
+/// `syntax.csv`: [`SYNTAX_HEADER`], then a row per head (layer-major) and relation.
+pub fn syntax_csv(report: &SyntaxReport) -> String {
+    let mut s = format!("{SYNTAX_HEADER}\n");
+    for r in &report.scores.relations {
+        writeln!(
+            s,
+            "{},{},{},{},{:.6},{:.6},{},{:.6},{}",
+            r.layer,
+            r.head,
+            r.relation,
+            r.n,
+            r.accuracy,
+            r.mass,
+            r.baseline.offset,
+            r.baseline.accuracy,
+            has_role(&report.roles, r)
+        )
+        .expect("writing to a String");
+    }
+    s
+}
+
+/// `syntax.json`: what the run's page shows of the syntactic heads (the scores, roles, the
+/// trackers and the ablation sweep without its per-verb choices).
+pub fn syntax_json(report: &SyntaxReport) -> serde_json::Value {
+    let sweep: Vec<serde_json::Value> = report
+        .sweep
+        .iter()
+        .map(|row| {
+            let r = &row.result;
+            serde_json::json!({
+                "ablated": heads_name(&r.ablated),
+                "kind": row.kind,
+                "n": r.n,
+                "accuracy": r.accuracy,
+                "mean_p_right": r.mean_p_right,
+                "sampled": row.sampled,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "sentences": report.sentences,
+        "chars": report.chars,
+        "dropped": report.scores.dropped,
+        "role_margin": ROLE_MARGIN,
+        "role_min_arcs": ROLE_MIN_ARCS,
+        "tracker_margin": TRACKER_MARGIN,
+        "relations": report.scores.relations,
+        "agreement": report.scores.agreement,
+        "roles": report.roles,
+        "tracked": report.tracked.iter().map(|&h| head_name(h)).collect::<Vec<_>>(),
+        "fallback": report.fallback,
+        "sweep": sweep,
+        "line": one_line(report),
+    })
+}
+
+/// `agreement.csv`: [`AGREEMENT_HEADER`], then a row per ablation of the sweep.
+pub fn agreement_csv(sweep: &[AblationRow]) -> String {
+    let mut s = format!("{AGREEMENT_HEADER}\n");
+    for row in sweep {
+        let kind = match row.kind {
+            AblationKind::Intact => "intact",
+            AblationKind::Tracked => "tracked",
+            AblationKind::Control => "control",
+        };
+        let r = &row.result;
+        let sampled = row.sampled.map_or(",,".to_string(), |g| {
+            format!("{},{:.6},{:.6}", g.sentences, g.well_formed, g.agreeing)
+        });
+        writeln!(
+            s,
+            "{},{kind},{},{:.6},{:.6},{sampled}",
+            heads_name(&r.ablated),
+            r.n,
+            r.accuracy,
+            r.mean_p_right
+        )
+        .expect("writing to a String");
+    }
+    s
+}
+
+/// Per relation, the head of best accuracy (the first in layer-major order on ties), among
+/// relations with arcs.
+fn best_heads(scores: &SyntaxScores) -> Vec<&RelationScore> {
+    Relation::ALL
+        .iter()
+        .filter_map(|&rel| {
+            scores
+                .relations
+                .iter()
+                .filter(|r| r.relation == rel && r.n > 0)
+                .reduce(|b, r| if r.accuracy > b.accuracy { r } else { b })
+        })
+        .collect()
+}
+
+fn agreement_of(report: &SyntaxReport, head: HeadId) -> Option<&AgreementScore> {
+    report
+        .scores
+        .agreement
+        .iter()
+        .find(|a| (a.layer, a.head) == head)
+}
+
+/// Mean accuracy of the control rows, and how many there are.
+fn controls(sweep: &[AblationRow]) -> Option<(f64, usize)> {
+    let c: Vec<f64> = sweep
+        .iter()
+        .filter(|r| r.kind == AblationKind::Control)
+        .map(|r| r.result.accuracy)
+        .collect();
+    (!c.is_empty()).then(|| (c.iter().sum::<f64>() / c.len() as f64, c.len()))
+}
+
+/// `lo-hi, mean m` of the finite `values`, each through `show`; `None` when there are none.
+fn spread(values: impl Iterator<Item = f64>, show: impl Fn(f64) -> String) -> Option<String> {
+    let v: Vec<f64> = values.filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let mean = v.iter().sum::<f64>() / v.len() as f64;
+    Some(format!("{}-{}, mean {}", show(lo), show(hi), show(mean)))
+}
+
+/// What a set of as many heads as were tracked is called.
+fn sets_name(k: usize) -> &'static str {
+    match k {
+        1 => "heads",
+        2 => "pairs",
+        3 => "triples",
+        _ => "sets",
+    }
+}
+
+/// The summary `headlab heads` prints on stderr.
+pub fn summary(report: &SyntaxReport) -> String {
+    let mut s = String::new();
+    let dropped = match report.scores.dropped {
+        0 => String::new(),
+        d => format!(
+            "; {d} arcs and verbs left out, their earlier word before the model's context \
+             window"
+        ),
+    };
+    let _ = writeln!(
+        s,
+        "syntax: measured on the run's val split, first {} sentences ({} characters, in \
+         {TEXT_FILE}){dropped}",
+        report.sentences, report.chars
+    );
+    let _ = writeln!(
+        s,
+        "  best head per relation (accuracy: how often the word attends most to the related \
+         one; a role needs {ROLE_MARGIN:.2} over the best fixed-offset rule and {ROLE_MIN_ARCS} \
+         arcs):"
+    );
+    for r in best_heads(&report.scores) {
+        let role = if has_role(&report.roles, r) {
+            "  role"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            s,
+            "    {:<11} head {}  {:.2} (mass {:.2})  vs baseline {:.2} ({} back), {} arcs{role}",
+            r.relation.name(),
+            head_name((r.layer, r.head)),
+            r.accuracy,
+            r.mass,
+            r.baseline.accuracy,
+            r.baseline.offset,
+            r.n
+        );
+    }
+    let masses: Vec<String> = report
+        .tracked
+        .iter()
+        .filter_map(|&h| agreement_of(report, h))
+        .map(|a| {
+            format!(
+                "{} (subject {:.2}, attractor {:.2})",
+                head_name((a.layer, a.head)),
+                a.subject_mass,
+                a.attractor_mass
+            )
+        })
+        .collect();
+    if report.fallback {
+        let which = if masses.is_empty() {
+            "and no verb with an attractor was scored".to_string()
+        } else {
+            format!("ablating the head with the most: {}", masses.join(", "))
+        };
+        let _ = writeln!(
+            s,
+            "  subject trackers: no head puts {TRACKER_MARGIN} more attention on the verb's \
+             subject than on its attractor where the verb writes its number; {which}"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "  subject trackers (at least {TRACKER_MARGIN} more attention on the verb's subject \
+             than its attractor where the verb writes its number): {}",
+            masses.join(", ")
+        );
+    }
+    let Some(intact) = report.sweep.first() else {
+        return s;
+    };
+    if intact.result.n == 0 {
+        let _ = writeln!(
+            s,
+            "  agreement: no verb has an attractor of the other number; no forced choice"
+        );
+        return s;
+    }
+    let mut parts = vec![format!("intact {:.2}", intact.result.accuracy)];
+    for row in report
+        .sweep
+        .iter()
+        .filter(|r| r.kind == AblationKind::Tracked)
+    {
+        parts.push(format!(
+            "{} ablated {:.2}",
+            heads_name(&row.result.ablated),
+            row.result.accuracy
+        ));
+    }
+    if let Some((mean, n)) = controls(&report.sweep) {
+        parts.push(format!(
+            "other {} ({n}) ablated: mean {mean:.2}",
+            sets_name(report.tracked.len())
+        ));
+    }
+    let _ = writeln!(
+        s,
+        "  agreement (forced choice between the verb's two forms, {} verbs whose attractor \
+         differs in number; 0.50 is chance): {}",
+        intact.result.n,
+        parts.join("; ")
+    );
+    if let Some(line) = sampled_line(&report.sweep) {
+        let _ = writeln!(s, "  {line}");
+    }
+    s
+}
+
+/// What the model writes with the sweep's heads zeroed: the share of sampled sentences that
+/// agree, intact, with the tracked heads zeroed, and with the other sets (mean).
+fn sampled_line(sweep: &[AblationRow]) -> Option<String> {
+    let intact = sweep.first()?.sampled?;
+    let pct = headlab_train::grammar::percent;
+    let show = |g: Sampled| {
+        format!(
+            "{} well-formed, {} of those agreeing",
+            pct(g.well_formed),
+            pct(g.agreeing_if_formed())
+        )
+    };
+    let mut parts = vec![format!("intact {}", show(intact))];
+    for row in sweep.iter().filter(|r| r.kind == AblationKind::Tracked) {
+        if let Some(g) = row.sampled {
+            parts.push(format!(
+                "{} ablated {}",
+                heads_name(&row.result.ablated),
+                show(g)
+            ));
+        }
+    }
+    let controls = || sweep.iter().filter(|r| r.kind == AblationKind::Control);
+    let formed = spread(
+        controls().filter_map(|r| r.sampled.map(|g| g.well_formed)),
+        pct,
+    );
+    let agree = spread(
+        controls().filter_map(|r| r.sampled.map(|g| g.agreeing_if_formed())),
+        pct,
+    );
+    if let (Some(formed), Some(agree)) = (formed, agree) {
+        parts.push(format!(
+            "the other sets ({}) ablated: {formed} well-formed, {agree} of those agreeing",
+            controls().count()
+        ));
+    }
+    Some(format!(
+        "sampled sentences ({} per row, checked by the grammar's parser): {}",
+        intact.sentences,
+        parts.join("; ")
+    ))
+}
+
+/// The line `headlab train` prints: the heads that beat their baseline, and the subject
+/// tracker's attention and ablation.
+pub fn one_line(report: &SyntaxReport) -> String {
+    let mut roles: Vec<String> = Vec::new();
+    for r in &report.scores.relations {
+        if has_role(&report.roles, r) {
+            roles.push(format!(
+                "{} {} {:.2} vs {:.2}",
+                head_name((r.layer, r.head)),
+                r.relation,
+                r.accuracy,
+                r.baseline.accuracy
+            ));
+        }
+    }
+    let roles = if roles.is_empty() {
+        format!("no head beats its fixed-offset baseline by {ROLE_MARGIN:.2} on any relation")
+    } else {
+        format!("beating the fixed-offset baseline: {}", roles.join(", "))
+    };
+    let mut tracker = String::new();
+    let tracked: Vec<&AgreementScore> = report
+        .tracked
+        .iter()
+        .filter_map(|&h| agreement_of(report, h))
+        .collect();
+    if !tracked.is_empty() {
+        let list = |f: &dyn Fn(&AgreementScore) -> String| {
+            tracked.iter().map(|a| f(a)).collect::<Vec<_>>().join(", ")
+        };
+        let heads = list(&|a| head_name((a.layer, a.head)));
+        let subject = list(&|a| format!("{:.2}", a.subject_mass));
+        let attractor = list(&|a| format!("{:.2}", a.attractor_mass));
+        if report.fallback {
+            let _ = write!(
+                tracker,
+                "no head attends to the verb's subject {TRACKER_MARGIN} more than to its \
+                 attractor (the most: head {heads} at {subject}, attractor {attractor})"
+            );
+        } else if tracked.len() == 1 {
+            let _ = write!(
+                tracker,
+                "head {heads} attends to the verb's subject at {subject} of its attention \
+                 (attractor {attractor})"
+            );
+        } else {
+            let _ = write!(
+                tracker,
+                "heads {heads} attend to the verb's subject at {subject} of their attention \
+                 (attractor {attractor})"
+            );
+        }
+        let intact = report.sweep.first().map(|r| &r.result);
+        let all_row = report
+            .sweep
+            .iter()
+            .rfind(|r| r.kind == AblationKind::Tracked);
+        let all = all_row.map(|r| &r.result);
+        let all_sampled = all_row.and_then(|r| r.sampled);
+        if let (Some(intact), Some(all)) = (intact, all)
+            && intact.n > 0
+        {
+            let control_rows = || {
+                report
+                    .sweep
+                    .iter()
+                    .filter(|r| r.kind == AblationKind::Control)
+            };
+            let sets = sets_name(report.tracked.len());
+            let others = spread(control_rows().map(|r| r.result.accuracy), |x| {
+                format!("{x:.2}")
+            })
+            .map_or(String::new(), |s| format!(" (other {sets}: {s})"));
+            let heads = if all.ablated.len() > 1 {
+                "heads"
+            } else {
+                "head"
+            };
+            let (from, to) = (intact.accuracy, all.accuracy);
+            let change = if format!("{from:.2}") == format!("{to:.2}") {
+                format!("leaves forced-choice agreement at {from:.2}")
+            } else {
+                let verb = if to < from { "drops" } else { "raises" };
+                format!("{verb} forced-choice agreement from {from:.2} to {to:.2}")
+            };
+            let pct = headlab_train::grammar::percent;
+            let sampled = match (report.sweep.first().and_then(|r| r.sampled), all_sampled) {
+                (Some(a), Some(b)) => {
+                    let others = spread(
+                        control_rows().filter_map(|r| r.sampled.map(|g| g.agreeing_if_formed())),
+                        pct,
+                    )
+                    .map_or(String::new(), |s| format!("; other {sets}: {s}"));
+                    format!(
+                        "; of the sentences it samples then, {} are well-formed and {} of those \
+                         agree (intact {}{others})",
+                        pct(b.well_formed),
+                        pct(b.agreeing_if_formed()),
+                        pct(a.agreeing_if_formed())
+                    )
+                }
+                _ => String::new(),
+            };
+            let _ = write!(
+                tracker,
+                "; ablating {heads} {} {change}{others}{sampled}",
+                heads_name(&all.ablated)
+            );
+        }
+        tracker.push_str("; ");
+    }
+    format!(
+        "syntax ({} val sentences): {tracker}{roles}",
+        report.sentences
+    )
+}
