@@ -62,7 +62,9 @@ fn backends_start_identical_agree_within_tolerance_and_match_train() {
         "cmp",
     ];
     args.extend_from_slice(&TINY);
-    let table = ok(&headlab_env(&args, dir, ENV));
+    let out = headlab_env(&args, dir, ENV);
+    let table = ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
     let report = json(&dir.join("cmp/compare.json"));
     assert_eq!(report["reference"], "flex");
     let logits_tol = f(&report["logits_tolerance"]);
@@ -96,6 +98,18 @@ fn backends_start_identical_agree_within_tolerance_and_match_train() {
         assert!(f(&b["max_loss_diff"]) <= loss_tol, "{name}: {b}");
         let l: Vec<f64> = b["losses"].as_array().unwrap().iter().map(f).collect();
         assert_eq!(l.len(), STEPS);
+        // Each step is said as it ends, with the loss compare.json keeps (issue 41: wgpu's
+        // first step took minutes in silence).
+        for (k, loss) in l.iter().enumerate() {
+            let line = format!("compare: {name}: step {}/{STEPS}, loss {loss:.4}, ", k + 1);
+            assert!(err.contains(&line), "{line} missing from:\n{err}");
+        }
+        if name == "wgpu" {
+            assert!(
+                err.contains("compare: wgpu: the first step compiles"),
+                "{err}"
+            );
+        }
         // Every backend trains: the loss falls from the uniform guess.
         assert!(l[STEPS - 1] < l[0] - 0.3, "{name} did not train: {l:?}");
         for key in ["forward_ms", "backward_ms", "optimizer_ms"] {

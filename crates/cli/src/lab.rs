@@ -100,7 +100,7 @@ pub enum LabName {
         perturbation of size 1e-6, 1e-4 and 1e-2 on one head, and the usual random start \
         (configs/lab-symmetry.toml). Every head's weights are checked against head 0's, bit \
         for bit, every 25 steps, and each model's final val loss is set against chance. \
-        The lab took 85 s on a 2-core Intel Xeon VM (family 6 model 167), 2026-12-04.\n\n\
+        The lab took 86 s on a 2-core Intel Xeon VM (family 6 model 167), 2026-12-04.\n\n\
         Writes into --out (default runs/lab-symmetry): one run per start and backend (each \
         with head_history.csv, gradient norms included, and report.html), symmetry.csv, \
         symmetry.png (steps until the heads separate, against eps) and summary.md.")]

@@ -951,7 +951,7 @@ impl Loop<'_> {
         let loss = step.loss;
         let message = format!("loss {loss:.4} lr {lr:.2e} {tokens_per_s:.0} tok/s");
         if let Some(last) = &mut self.last_line
-            && last.elapsed() >= PROGRESS_LINE_EVERY
+            && last.elapsed() >= progress_line_every()
         {
             *last = Instant::now();
             let elapsed = self.started.elapsed().as_secs_f64();
@@ -968,6 +968,19 @@ impl Loop<'_> {
 
 /// How often a run whose stderr is not a terminal prints a progress line between evaluations.
 const PROGRESS_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// [`PROGRESS_LINE_EVERY`]; with the `test-hooks` feature, `HEADLAB_TEST_PROGRESS_EVERY_MS`
+/// sets it, so a test sees the lines without waiting 15 s for each.
+fn progress_line_every() -> std::time::Duration {
+    #[cfg(feature = "test-hooks")]
+    if let Some(ms) = std::env::var("HEADLAB_TEST_PROGRESS_EVERY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return std::time::Duration::from_millis(ms);
+    }
+    PROGRESS_LINE_EVERY
+}
 
 /// Stops a run whose loss or gradient went non-finite at step `step`: the first non-finite of
 /// `values` as an error that names the last good checkpoint (`last`, at step `saved`).
