@@ -1134,8 +1134,31 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
         "{json}"
     );
 
+    // Deterministic: the same run measured again gives the same files, byte for byte.
+    ok(&headlab(&["heads", "g", "-o", "again"], dir.path()));
+    for file in ["syntax.csv", "agreement.csv", "syntax.txt"] {
+        assert_eq!(
+            std::fs::read(heads_dir.join(file)).unwrap(),
+            std::fs::read(dir.path().join("again").join(file)).unwrap(),
+            "{file}"
+        );
+    }
+
     // The run's page shows the syntactic heads: a row per head, the sweep, and the charts
-    // through training with the slider's marker.
+    // through training with the slider's marker; and a head's roles in the head table (this
+    // tiny model has none, so one is written into heads.json).
+    let table_path = heads_dir.join("heads.json");
+    let mut table: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&table_path).unwrap()).unwrap();
+    assert!(
+        table
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["roles"] == serde_json::json!([]))
+    );
+    table[1]["roles"] = serde_json::json!(["determiner", "object"]);
+    std::fs::write(&table_path, table.to_string()).unwrap();
     ok(&headlab(&["report", "g"], dir.path()));
     let Some(browser) = chromium() else { return };
     let (dom, _) = render(
@@ -1156,6 +1179,16 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
         // The baseline row, the sweep's header row and its rows.
         1 + 1 + (lines.len() - 1) + 1,
         "{section}"
+    );
+    let head_table = dom.split("id=\"head-table\"").nth(1).unwrap();
+    let head_table = &head_table[..head_table.find("</table>").unwrap()];
+    assert!(
+        head_table.contains("<th class=\"txt\">roles</th>"),
+        "{head_table}"
+    );
+    assert!(
+        head_table.contains("<td class=\"txt\">determiner, object</td>"),
+        "{head_table}"
     );
     for id in [
         "syntax-subject_mass",

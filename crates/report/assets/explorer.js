@@ -33,18 +33,18 @@ const grid = document.getElementById('grid'), px = Math.max(2, Math.floor(160 / 
 for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
   const p = document.createElement('div'); p.className = 'panel'; p.dataset.layer = l; p.dataset.head = h;
   const r = row(l, h); const cap = document.createElement('div');
-  cap.textContent = `L${l} H${h}` + (r ? ` ${r.label}` : ''); p.appendChild(cap);
+  cap.textContent = `L${l} H${h}` + (r ? ` ${r.label}` : '') + (r && (r.roles || []).length ? ` (${r.roles.join(', ')})` : ''); p.appendChild(cap);
   const c = document.createElement('canvas'); c.width = c.height = T * px; p.appendChild(c);
   const g = c.getContext('2d'), a = D.maps.weights[l][h]; let cells = 0;
   for (let i = 0; i < T; i++) for (let j = 0; j < T; j++) {
     const w = a[i * T + j]; if (w > 0.01) cells++; g.fillStyle = shade(w); g.fillRect(j * px, i * px, px, px); }
   p.dataset.cells = cells; p.onclick = () => pick(l, h); grid.appendChild(p);
 }
-const cols = ['layer', 'head', 'label', 'previous_token', 'induction', 'duplicate_token', 'first_token', 'mean_distance', 'entropy', 'ablation_zero', 'ablation_mean', 'grad_importance'];
+const cols = ['layer', 'head', 'label', 'previous_token', 'induction', 'duplicate_token', 'first_token', 'mean_distance', 'entropy', 'ablation_zero', 'ablation_mean', 'grad_importance', 'roles'];
 const tbl = document.getElementById('table');
 tbl.innerHTML = '<tr>' + cols.map(c => `<th>${c}</th>`).join('') + '</tr>';
 for (const r of D.rows) { const tr = tbl.insertRow(); tr.dataset.layer = r.layer; tr.dataset.head = r.head;
-  tr.innerHTML = cols.map(c => `<td>${r[c] === null ? '–' : typeof r[c] === 'number' && !Number.isInteger(r[c]) ? r[c].toFixed(3) : r[c]}</td>`).join('');
+  tr.innerHTML = cols.map(c => `<td>${r[c] === null || r[c] === undefined ? '–' : Array.isArray(r[c]) ? r[c].join(', ') : typeof r[c] === 'number' && !Number.isInteger(r[c]) ? r[c].toFixed(3) : r[c]}</td>`).join('');
   tr.onclick = () => pick(r.layer, r.head); }
 if (L) pick(0, 0);
 document.body.dataset.ready = '1';

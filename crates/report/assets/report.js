@@ -592,12 +592,16 @@ function buildTable() {
   }
   const cols = [...D.score_names, 'ablation_zero', 'ablation_mean', 'grad_importance'];
   const tbl = $('head-table'), hr = tbl.createTHead().insertRow();
-  ['head', 'label', ...cols].forEach((c, n) => hr.appendChild(el('th', n < 2 ? 'txt' : '', nice(c))));
+  // A grammar run's syntactic roles, beside the label, when any head has one.
+  const roles = TABLE.some(r => (r.roles || []).length);
+  const texts = roles ? ['head', 'label', 'roles'] : ['head', 'label'];
+  [...texts, ...cols].forEach((c, n) => hr.appendChild(el('th', n < texts.length ? 'txt' : '', nice(c))));
   const body = tbl.createTBody();
   for (const r of TABLE) {
     const tr = body.insertRow();
     tr.dataset.layer = r.layer; tr.dataset.head = r.head;
     tr.append(el('td', 'txt', `L${r.layer} H${r.head}`), el('td', 'txt', r.label || ''));
+    if (roles) tr.appendChild(el('td', 'txt', (r.roles || []).join(', ')));
     cols.forEach(c => tr.appendChild(el('td', '', fmt(r[c]))));
     tr.addEventListener('click', () => select(r.layer, r.head));
   }
