@@ -543,23 +543,30 @@ pub struct ForcedChoice {
     pub choices: Vec<Choice>,
 }
 
+/// Every head of `heads` exists in `model`.
+fn check_heads(model: &Gpt, heads: &[HeadId]) -> Result<(), SyntaxScoreError> {
+    let (n_layers, n_heads) = (model.config.n_layers, model.config.n_heads);
+    match heads.iter().find(|&&(l, h)| l >= n_layers || h >= n_heads) {
+        Some(&(layer, head)) => Err(SyntaxScoreError::Head {
+            layer,
+            head,
+            n_layers,
+            n_heads,
+        }),
+        None => Ok(()),
+    }
+}
+
 /// `[n_layers, n_heads]` ones with the `ablate` heads at 0.
 fn head_mask(
     model: &Gpt,
     ablate: &[HeadId],
     device: &Device,
 ) -> Result<Tensor<2>, SyntaxScoreError> {
+    check_heads(model, ablate)?;
     let (n_layers, n_heads) = (model.config.n_layers, model.config.n_heads);
     let mut m = vec![1.0f32; n_layers * n_heads];
     for &(layer, head) in ablate {
-        if layer >= n_layers || head >= n_heads {
-            return Err(SyntaxScoreError::Head {
-                layer,
-                head,
-                n_layers,
-                n_heads,
-            });
-        }
         m[layer * n_heads + head] = 0.0;
     }
     Ok(Tensor::from_data(
@@ -712,21 +719,10 @@ impl Sampled {
 /// `[n_heads * d_k, d_model]`, head h's output meets rows `h d_k..(h + 1) d_k`), which is
 /// what a head mask of 0 does, as weights. For what takes no head mask: sampling.
 pub fn without_heads(model: &Gpt, ablate: &[HeadId]) -> Result<Gpt, SyntaxScoreError> {
-    let (n_layers, n_heads, d_k) = (
-        model.config.n_layers,
-        model.config.n_heads,
-        model.config.d_k(),
-    );
+    check_heads(model, ablate)?;
+    let d_k = model.config.d_k();
     let mut out = model.clone();
     for &(layer, head) in ablate {
-        if layer >= n_layers || head >= n_heads {
-            return Err(SyntaxScoreError::Head {
-                layer,
-                head,
-                n_layers,
-                n_heads,
-            });
-        }
         let o = &mut out.blocks[layer].attn.o_proj;
         let w = o.weight.val();
         let [_, d_out] = w.dims();

@@ -384,18 +384,25 @@ function drawGrammar() {
   }, marker);
 }
 
-// Draws one score's chart: a line per head, the selected head drawn bold, dots at the marker.
-function drawScore(cv, s) {
-  const name = D.score_names[s], sel = selIdx(), step = STEPS[S.k];
-  const series = [];
-  let ymax = 1;
+// One series per head through the tracked steps, `value(point, head index)` at each; the
+// selected head drawn bold and last (on top), a dot at the slider's step.
+function headSeries(value) {
+  const sel = selIdx(), series = [];
   for (let idx = 0; idx < NHEADS; idx++) {
-    const pts = D.tracked.map(p => [p.step, (p.scores[idx] || [])[s]]);
-    pts.forEach(p => { if (Number.isFinite(p[1])) ymax = Math.max(ymax, p[1]); });
+    const pts = D.tracked.map(p => [p.step, value(p, idx)]);
     series.push({ pts, color: headColor(idx), dash: headDash(idx), width: idx === sel ? 3 : 1.5,
       alpha: idx === sel ? 1 : 0.6, mark: pts[S.k] });
   }
-  series.push(series.splice(sel, 1)[0]);                     // the selected head on top
+  series.push(series.splice(sel, 1)[0]);
+  return series;
+}
+
+// Draws one score's chart: a line per head, the selected head drawn bold, dots at the marker.
+function drawScore(cv, s) {
+  const name = D.score_names[s], sel = selIdx(), step = STEPS[S.k];
+  const series = headSeries((p, idx) => (p.scores[idx] || [])[s]);
+  let ymax = 1;
+  series.forEach(x => finitePts(x.pts).forEach(p => { ymax = Math.max(ymax, p[1]); }));
   const v = (D.tracked[S.k].scores[sel] || [])[s];
   drawChart(cv, {
     title: `${nice(name)} — ${headName(sel)} ${fmt(v)} at step ${step}`,
@@ -421,15 +428,9 @@ function drawRepeat(cv) {
 // each tracked step), on a log scale when it spans more than a factor of 100.
 function drawGradNorm(cv) {
   const sel = selIdx(), step = STEPS[S.k];
-  const series = [];
+  const series = headSeries((p, idx) => (p.grad_norms || [])[idx]);
   let ymax = 0;
-  for (let idx = 0; idx < NHEADS; idx++) {
-    const pts = D.tracked.map(p => [p.step, (p.grad_norms || [])[idx]]);
-    finitePts(pts).forEach(p => { ymax = Math.max(ymax, p[1]); });
-    series.push({ pts, color: headColor(idx), dash: headDash(idx), width: idx === sel ? 3 : 1.5,
-      alpha: idx === sel ? 1 : 0.6, mark: pts[S.k] });
-  }
-  series.push(series.splice(sel, 1)[0]);
+  series.forEach(x => finitePts(x.pts).forEach(p => { ymax = Math.max(ymax, p[1]); }));
   const v = (D.tracked[S.k].grad_norms || [])[sel];
   drawChart(cv, {
     title: `gradient norm — ${headName(sel)} ${fmt(v, 4)} at step ${step}`,
@@ -481,13 +482,7 @@ const RELATION_CAPTIONS = {
 function drawSyntax(cv, name, title, ylabel, base) {
   const s = D.syntax_names.indexOf(name), sel = selIdx(), step = STEPS[S.k];
   const at = (p, idx, i) => (Array.isArray(p.syntax) ? p.syntax[idx] || [] : [])[i];
-  const series = [];
-  for (let idx = 0; idx < NHEADS; idx++) {
-    const pts = D.tracked.map(p => [p.step, at(p, idx, s)]);
-    series.push({ pts, color: headColor(idx), dash: headDash(idx), width: idx === sel ? 3 : 1.5,
-      alpha: idx === sel ? 1 : 0.6, mark: pts[S.k] });
-  }
-  series.push(series.splice(sel, 1)[0]);
+  const series = headSeries((p, idx) => at(p, idx, s));
   if (base) {
     const b = D.syntax_names.indexOf(base);
     series.unshift({ pts: D.tracked.map(p => [p.step, at(p, 0, b)]), color: '#888', width: 1.25, dash: [5, 4] });
