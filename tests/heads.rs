@@ -341,6 +341,35 @@ fn a_short_lab_induction_run_forms_an_induction_head() {
     );
     let summary = std::fs::read_to_string(dir.path().join("lab/summary.md")).unwrap();
     assert!(summary.contains("The circuit formed"), "{summary}");
+
+    // The in-context-learning score at every tracked step of the head history: near 0 at
+    // step 0 (a fresh model uses no context), well below once the circuit formed; its
+    // steepest fall, found here by a loop over the file, is the step the summary names.
+    let icl = std::fs::read_to_string(dir.path().join("lab/run/icl_history.csv")).unwrap();
+    let icl: Vec<(usize, f64, f64, f64)> = icl
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<f64> = l.split(',').map(|v| v.parse().unwrap()).collect();
+            (f[0] as usize, f[1], f[2], f[3])
+        })
+        .collect();
+    let mut tracked: Vec<usize> = rows.iter().map(|r| r[0].parse().unwrap()).collect();
+    tracked.dedup();
+    assert_eq!(icl.iter().map(|r| r.0).collect::<Vec<_>>(), tracked);
+    for &(_, early, late, score) in &icl {
+        assert!((score - (late - early)).abs() < 2e-4, "{icl:?}");
+    }
+    assert!(icl[0].3.abs() < 0.1, "{icl:?}");
+    assert!(icl.last().unwrap().3 < -0.5, "{icl:?}");
+    let (mut fall, mut at) = (0.0, 0);
+    for w in icl.windows(2) {
+        if w[0].3 - w[1].3 > fall {
+            (fall, at) = (w[0].3 - w[1].3, w[1].0);
+        }
+    }
+    let said = format!("it fell fastest, by {fall:.2} nats, in the interval ending at step {at}");
+    assert!(summary.contains(&said), "{said}: {summary}");
     // The number after `key` in the summary.
     let after = |key: &str| -> f64 {
         let rest = summary
@@ -1189,6 +1218,12 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
     assert!(
         head_table.contains("<td class=\"txt\">determiner, object</td>"),
         "{head_table}"
+    );
+    let icl = dom.split("id=\"icl-chart\"").nth(1).unwrap();
+    let icl = &icl[..icl.find('>').unwrap()];
+    assert!(
+        icl.contains("data-marker-step=\"4\"") && !icl.contains("hidden"),
+        "{icl}"
     );
     for id in [
         "syntax-subject_mass",

@@ -1,5 +1,6 @@
 //! What each attention head does, as numbers.
 //!
+//! - [`icl`]: the in-context-learning score (late minus early loss), through training.
 //! - [`scores`]: score definitions on one attention pattern (previous-token, induction,
 //!   duplicate-token, first-token, distance, entropy) and the labels drawn from them.
 //! - [`probe`]: the fixed inputs heads are measured on (text windows, repeated random
@@ -27,6 +28,7 @@ pub mod attribution;
 pub mod composition;
 pub mod detector;
 pub mod history;
+pub mod icl;
 pub mod lens;
 pub mod maps;
 pub mod patching;

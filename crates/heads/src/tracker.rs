@@ -1,8 +1,9 @@
 //! Head tracking as a training observer: with `train.track_heads_every = N`, every N steps
 //! the heads are scored on a fixed probe and the scores appended to the run's
-//! `head_history.csv`, every head's map on one probe window to `head_maps.jsonl`, and on a
-//! run on the built-in grammar corpus its syntactic scores ([`crate::syntax`]) on the val
-//! split's first sentences to `syntax_history.csv`.
+//! `head_history.csv`, the in-context-learning score on its held-out batches to
+//! `icl_history.csv` ([`crate::icl`]), every head's map on one probe window to
+//! `head_maps.jsonl`, and on a run on the built-in grammar corpus its syntactic scores
+//! ([`crate::syntax`]) on the val split's first sentences to `syntax_history.csv`.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use headlab_train::trainer::{Observer, ObserverError, RunStart};
 
 use crate::analysis::{mean_patterns, pattern_scores};
 use crate::history::{HISTORY_HEADER, HISTORY_PREFIX, HeadHistory};
+use crate::icl::{ICL_FILE, ICL_HEADER, icl_score};
 use crate::maps::{MAPS_FILE, MAX_MAP_TOKENS, MapHistory, MapsHeader, quantize, step_line};
 use crate::probe::Probe;
 use crate::syntax::{
@@ -51,6 +53,8 @@ struct Tracking {
     maps: PathBuf,
     /// A grammar run's syntactic probe and `syntax_history.csv`.
     syntax: Option<(SyntaxProbe, PathBuf)>,
+    /// `icl_history.csv`.
+    icl: PathBuf,
 }
 
 impl HeadTracker {
@@ -94,7 +98,12 @@ impl Observer for HeadTracker {
         };
         let (map_ids, maps) = start_maps(start)?;
         let syntax = start_syntax(start)?;
+        let icl = start.run.root.join(ICL_FILE);
+        if !start.resumed || !icl.is_file() {
+            std::fs::write(&icl, ICL_HEADER).map_err(|e| format!("{}: {e}", icl.display()))?;
+        }
         self.state = Some(Tracking {
+            icl,
             probe,
             history,
             csv,
@@ -133,6 +142,10 @@ impl Observer for HeadTracker {
         let rows = tracking.history.push(step, repeat_loss, scores, grads);
         let fresh = tracking.history.points.len() == 1;
         append_rows(&tracking.csv, HISTORY_HEADER, fresh, step, &rows)?;
+        let probe = &tracking.probe;
+        if let Some(icl) = icl_score(&model, &probe.held_out, probe.batch, device) {
+            append_rows(&tracking.icl, ICL_HEADER, false, step, &icl.row(step))?;
+        }
         if let Some((probe, csv)) = &tracking.syntax {
             let rows = syntax_scores(&model, probe, device).history_rows(step);
             append_rows(csv, SYNTAX_HISTORY_HEADER, false, step, &rows)?;

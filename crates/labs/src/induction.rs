@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use burn::tensor::Device;
 use headlab_heads::history::{Circuit, HeadHistory, find_circuit};
+use headlab_heads::icl::{ICL_FILE, IclScore, parse_icl_history, steepest_fall};
 use headlab_heads::{HISTORY_FILE, HeadReport, Metric, Mode, Probe, head_report, patch_sweeps};
 use headlab_model::Gpt;
 use headlab_report::{REPORT_FILE, to_table};
@@ -49,6 +50,8 @@ pub struct InductionLab {
     /// The circuit tested causally on a repeated run (`None` when the probe had no pair of
     /// runs whose answers differ).
     pub causal: Option<Causal>,
+    /// The in-context-learning score at every tracked step (`icl_history.csv`).
+    pub icl: Vec<(usize, IclScore)>,
 }
 
 /// The circuit's two heads tested causally: activation patching of a repeated run (clean)
@@ -146,12 +149,17 @@ pub fn induction(
     let map_ids: Vec<u32> = probe.repeated[..probe.repeated_len().min(33)].to_vec();
     let report = head_report(&trained.model, tokenizer, &probe, &map_ids, &device);
     let causal = causal_test(&trained.model, &probe, &circuit, &device)?;
+    // Written by the same tracker as the head history, so present wherever that is.
+    let icl = std::fs::read_to_string(run_dir.join(ICL_FILE))
+        .map(|t| parse_icl_history(&t))
+        .unwrap_or_default();
     Ok(InductionLab {
         config: trained.config,
         seconds,
         circuit,
         report,
         causal,
+        icl,
     })
 }
 
@@ -237,6 +245,26 @@ pub fn summary(lab: &InductionLab, reproduce: &str) -> String {
         "- **loss on the repeated half**: {:.2} at step 0, {:.2} at the end; steepest fall {:.2} nats in the interval ending at step {}",
         c.repeat_loss.0, c.repeat_loss.1, c.steepest_drop.0, c.steepest_drop.1
     );
+    if let (Some(first), Some(last)) = (lab.icl.first(), lab.icl.last()) {
+        let fall = steepest_fall(&lab.icl).map_or(String::new(), |(fall, step)| {
+            let beside = c.crossed_at.map_or(
+                "; the induction score never passed 0.5".to_string(),
+                |st| format!("; the induction score passed 0.5 at step {st}"),
+            );
+            format!(
+                "; it fell fastest, by {fall:.2} nats, in the interval ending at step {step}{beside}"
+            )
+        });
+        let _ = writeln!(
+            s,
+            "- **in-context learning score** (held-out loss at the last 8 positions minus at \
+             positions 2-9, Olsson et al. 2022): {:.2} at step {}, {:.2} at step {}{fall}",
+            first.1.score(),
+            first.0,
+            last.1.score(),
+            last.0
+        );
+    }
     let formed = c.induction_score > 0.5 && c.previous_token_score > 0.5;
     let verdict = if formed {
         "The circuit formed: a first-layer head copies each token's predecessor into its position, and a second-layer head uses it to find the token after the earlier occurrence of the current token."

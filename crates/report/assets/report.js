@@ -384,6 +384,30 @@ function drawGrammar() {
   }, marker);
 }
 
+// Draws the in-context-learning score (icl_history.csv): the loss at the context's last 8
+// positions minus the loss at positions 2-9, with both losses, on the loss chart's step axis.
+function drawIcl() {
+  const cv = $('icl-chart'), g = D.icl || [], marker = STEPS.length ? STEPS[S.k] : null;
+  cv.hidden = !g.length;
+  $('icl-caption').hidden = cv.hidden;
+  if (cv.hidden) return;
+  const score = g.map(p => [p[0], p[2] - p[1]]), early = g.map(p => [p[0], p[1]]), late = g.map(p => [p[0], p[2]]);
+  const at = marker === null ? null : lastAt(score, marker);
+  const ys = finitePts([...score, ...early, ...late]).map(p => p[1]);
+  const [x0, x1] = stepRange();
+  drawChart(cv, {
+    title: `in-context learning: late minus early loss${at ? ` — ${fmt(at[1])} at step ${at[0]}` : ''}`,
+    ylabel: 'nats', x: [x0, x1], y: [Math.min(0, ...ys), Math.max(0.1, ...ys)],
+    series: [
+      { pts: [[x0, 0], [x1, 0]], color: '#888', width: 1, dash: [5, 4] },
+      { pts: early, color: '#ff7f0e', width: 1.5, alpha: 0.8 },
+      { pts: late, color: '#2ca02c', width: 1.5, alpha: 0.8 },
+      { pts: score, color: '#222', width: 2.5, mark: at },
+    ],
+    legend: [{ name: 'late - early', color: '#222' }, { name: 'positions 2-9', color: '#ff7f0e' }, { name: 'last 8', color: '#2ca02c' }],
+  }, marker);
+}
+
 // One series per head through the tracked steps, `value(point, head index)` at each; the
 // selected head drawn bold and last (on top), a dot at the slider's step.
 function headSeries(value) {
@@ -517,6 +541,7 @@ function repeatCaption() {
 function drawCharts() {
   drawLoss();
   drawGrammar();
+  drawIcl();
   if (!STEPS.length) return;
   D.score_names.forEach((n, s) => drawScore($(`score-${n}`), s));
   drawRepeat($('repeat-loss'));

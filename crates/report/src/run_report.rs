@@ -12,6 +12,7 @@
 
 use std::path::{Path, PathBuf};
 
+use headlab_heads::icl::{ICL_FILE, parse_icl_history};
 use headlab_heads::syntax::{
     SYNTAX_HISTORY_FILE, SyntaxPoint, parse_syntax_history, syntax_point_names,
 };
@@ -42,6 +43,9 @@ struct ReportData {
     lr: Vec<(usize, f64)>,
     /// A grammar run's `(step, well-formed share, agreeing share)` at each evaluation.
     grammar: Vec<(usize, f64, f64)>,
+    /// `(step, early loss, late loss)` of the in-context-learning score at each tracked step
+    /// (`icl_history.csv`).
+    icl: Vec<(usize, f64, f64)>,
     score_names: [&'static str; 6],
     n_layers: usize,
     n_heads: usize,
@@ -244,6 +248,12 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         },
         lr: losses.lr,
         grammar: losses.grammar,
+        icl: read(ICL_FILE)
+            .map(|t| parse_icl_history(&t))
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(step, s)| (step, s.early, s.late))
+            .collect(),
         score_names: PatternScores::NAMES,
         n_layers: config.model.n_layers,
         n_heads: config.model.n_heads,
