@@ -362,10 +362,13 @@ fn a_short_lab_induction_run_forms_an_induction_head() {
     }
     assert!(icl[0].3.abs() < 0.1, "{icl:?}");
     assert!(icl.last().unwrap().3 < -0.5, "{icl:?}");
+    // From the two losses as written (the lab reads those, not the rounded difference); the
+    // last of equal falls, as the lab takes it.
     let (mut fall, mut at) = (0.0, 0);
     for w in icl.windows(2) {
-        if w[0].3 - w[1].3 > fall {
-            (fall, at) = (w[0].3 - w[1].3, w[1].0);
+        let drop = (w[0].2 - w[0].1) - (w[1].2 - w[1].1);
+        if drop > 0.0 && drop >= fall {
+            (fall, at) = (drop, w[1].0);
         }
     }
     let said = format!("it fell fastest, by {fall:.2} nats, in the interval ending at step {at}");

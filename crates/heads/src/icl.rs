@@ -4,11 +4,11 @@
 //! abruptly in the steps in which induction heads form. The head tracker records it at every
 //! tracked step in `icl_history.csv`.
 //!
-//! Which positions: the last [`WINDOW`] of the context against positions 2 to 9 (the 3rd to
-//! the 10th token predicted, 0-based). Positions 0 and 1 are left out because their loss is
-//! only the unigram and bigram guess, which any model learns in the first steps and which
-//! says nothing of context; from position 2 on a token has a little context, and the last
-//! positions have all of it. Olsson et al. take token 500 against token 50 of a 1024-token
+//! Which positions: the last [`WINDOW`] of the context against positions 2 to 9 (0-based:
+//! the prediction made after reading 3 to 10 tokens). Positions 0 and 1 are left out because
+//! their prediction rests on one or two tokens, a bigram or trigram guess that any model
+//! learns in the first steps and that says nothing of using context; from position 2 on a
+//! prediction has a little context, and the last positions have all of it. Olsson et al. take token 500 against token 50 of a 1024-token
 //! context; a context of 64 to 256 has no room for single tokens that far apart, so each end
 //! is a mean over 8 positions, which also steadies the estimate.
 

@@ -808,8 +808,8 @@ pub fn ablation_sweep(
 }
 
 /// `max` distinct `k`-subsets of `0..n`: all of them in lexicographic order when there are
-/// at most `max`, else drawn at random from a fixed seed (so the controls spread over every
-/// layer instead of the first heads'), each sorted, in the order drawn.
+/// at most `max`, else drawn at random from a fixed seed (so they spread over the candidates
+/// instead of taking the first heads'), each sorted, in the order drawn.
 fn control_sets(n: usize, k: usize, max: usize) -> Vec<Vec<usize>> {
     let all = combinations(n, k, max + 1);
     if all.len() <= max {
@@ -1242,11 +1242,72 @@ mod tests {
             assert!(!drawn[..i].contains(a), "{drawn:?}");
         }
         assert_eq!(drawn, control_sets(8, 2, 6));
+        assert_ne!(drawn, combinations(8, 2, 6), "a draw, not the first sets");
         assert_eq!(control_sets(4, 2, 6), combinations(4, 2, 6));
+
+        // Four heads a layer: the controls of two layer-1 trackers are the layer's other two.
+        let config = GptConfig {
+            vocab_size: tokenizer.vocab_size(),
+            block_size: 64,
+            d_model: 16,
+            n_layers: 2,
+            n_heads: 4,
+            ..GptConfig::default()
+        };
+        let wide = Gpt::new(&config, &device).unwrap();
+        let rows = ablation_sweep(
+            &wide,
+            &tokenizer,
+            &probe,
+            &[(1, 1), (1, 2)],
+            10,
+            (0, 1),
+            &device,
+        )
+        .unwrap();
+        let controls: Vec<Vec<HeadId>> = rows
+            .iter()
+            .filter(|r| r.kind == Control)
+            .map(|r| r.result.ablated.clone())
+            .collect();
+        assert_eq!(controls, [vec![(1, 0), (1, 3)]]);
         assert!(matches!(
             forced_choice(&model, &tokenizer, &probe, &[(2, 0)], &device),
             Err(SyntaxScoreError::Head { layer: 2, .. })
         ));
+    }
+
+    /// Trackers: a share above `min_share` (strictly) and a mean mass `margin` above the
+    /// attractor's, ordered by subject mass, built by hand.
+    #[test]
+    fn trackers_prefer_the_subject_at_most_verbs_by_the_margin() {
+        let head = |layer, head, subject_mass, attractor_mass, subject_share| AgreementScore {
+            layer,
+            head,
+            n: 10,
+            subject_mass,
+            attractor_mass,
+            subject_share,
+        };
+        let scores = SyntaxScores {
+            relations: Vec::new(),
+            agreement: vec![
+                head(0, 0, 0.30, 0.10, 0.5),  // share not above 0.5
+                head(0, 1, 0.20, 0.16, 0.9),  // margin 0.04 < 0.05
+                head(1, 0, 0.22, 0.14, 0.53), // passes
+                head(1, 1, 0.34, 0.16, 0.70), // passes, more subject mass
+                AgreementScore {
+                    n: 0,
+                    ..head(1, 2, 0.9, 0.0, 1.0)
+                }, // no verbs
+            ],
+            dropped: 0,
+        };
+        assert_eq!(subject_trackers(&scores, 0.5, 0.05), [(1, 1), (1, 0)]);
+        assert_eq!(
+            subject_trackers(&scores, 0.5, 0.0),
+            [(1, 1), (1, 0), (0, 1)]
+        );
     }
 
     #[test]

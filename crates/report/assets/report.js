@@ -492,7 +492,7 @@ function buildScores() {
 // Whether the run tracked syntactic scores (a run on the built-in grammar corpus).
 const HAVE_SYNTAX = D.tracked.some(p => Array.isArray(p.syntax));
 const RELATIONS = ['subject', 'determiner', 'antecedent', 'object', 'preposition'];
-const SUBJECT_CAPTION = 'Where the verb writes its number (the last letter of its stem, before "s" or not), each head\'s attention on the verb\'s subject noun (its letters and the space after it), over sentences whose nearer noun (the attractor) differs from it. A head that rises here carries the subject\'s number to the verb.';
+const SUBJECT_CAPTION = 'Where the verb writes its number (the last letter of its stem, before "s" or not), each head\'s attention on the verb\'s subject noun (its letters and the space after it), over the verbs that have a nearer noun (the attractor) between subject and verb. A head that rises here carries the subject\'s number to the verb.';
 const RELATION_CAPTIONS = {
   subject: 'Share of verbs whose most-attended word (from the space after the verb) is the head noun of their subject; dashed: the best "attend k words back" rule on the same verbs.',
   determiner: 'Share of nouns whose most-attended word is their own determiner ("the", "a", "some"); dashed: the best fixed-offset rule.',
