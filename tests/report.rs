@@ -381,3 +381,47 @@ fn a_sample_beside_another_runs_is_that_runs_sample_with_the_same_settings() {
         "{info}"
     );
 }
+
+/// The lab pages committed under docs/ were drawn by the current page templates: each
+/// report.html holds today's report.js and each heads.html today's explorer.js, verbatim, and
+/// each heads.csv has today's columns. A change to a template or a column fails here until the
+/// labs are run again and their pages copied into docs/lab-* (README, "The labs' results").
+#[test]
+fn the_committed_lab_pages_come_from_the_current_templates() {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let asset =
+        |name: &str| std::fs::read_to_string(repo.join("crates/report/assets").join(name)).unwrap();
+    let (report_js, explorer_js) = (asset("report.js"), asset("explorer.js"));
+    let header = "layer,head,label,previous_token,induction,duplicate_token,first_token,\
+                  mean_distance,entropy,ablation_zero,ablation_mean,grad_importance,roles";
+    for lab in ["lab-induction", "lab-ambiguity"] {
+        let dir = repo.join("docs").join(lab);
+        let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+        assert!(
+            read("report.html").contains(&report_js),
+            "docs/{lab}/report.html was drawn by an older report.js: run `headlab lab {}` and \
+             copy its files into docs/{lab}",
+            &lab[4..]
+        );
+        assert!(
+            read("heads.html").contains(&explorer_js),
+            "docs/{lab}/heads.html was drawn by an older explorer.js"
+        );
+        assert_eq!(
+            read("heads.csv").lines().next(),
+            Some(header),
+            "docs/{lab}/heads.csv"
+        );
+    }
+    let summary = std::fs::read_to_string(repo.join("docs/lab-induction/summary.md")).unwrap();
+    for part in [
+        "**in-context learning score**",
+        "**Composition**",
+        "**Patching**",
+    ] {
+        assert!(
+            summary.contains(part),
+            "docs/lab-induction/summary.md lacks {part}"
+        );
+    }
+}
