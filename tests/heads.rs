@@ -90,6 +90,10 @@ fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
             assert!(r[key].as_f64().unwrap().is_finite(), "{key}");
         }
         assert!(r["grad_importance"].as_f64().unwrap() >= 0.0);
+        let copying = r["copying"].as_f64().unwrap();
+        assert!((-1.0..=1.0).contains(&copying), "copying = {copying}");
+        let top1 = r["ov_top1"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&top1), "ov_top1 = {top1}");
     }
     // The text chooses the maps and the scores read on text; ablation, importance and the
     // repeated-sequence scores come from the run's own probes, the same without it.
@@ -395,6 +399,40 @@ fn a_short_lab_induction_run_forms_an_induction_head() {
     );
     let restored = after("the token after the earlier occurrence of the last token) restores");
     assert!(restored > 0.5, "patching restored {restored}: {summary}");
+    // The induction head copies what it finds: its copying score (head_history.csv's last
+    // column) starts below 0.5, first passes it at the step the summary names, and at one
+    // tracked step (the best checkpoint's, which the lab's head table is of) is the table's.
+    let layer = after("- **induction head**: layer").to_string();
+    let head = after(&format!("- **induction head**: layer {layer} head")).to_string();
+    let copying: Vec<(usize, f64)> = rows
+        .iter()
+        .filter(|r| r[1] == layer && r[2] == head)
+        .map(|r| (r[0].parse().unwrap(), score(r, 11)))
+        .collect();
+    let crossed = copying
+        .iter()
+        .find(|c| c.1 > 0.5)
+        .expect("copying above 0.5")
+        .0;
+    assert!(copying[0].1 < 0.5, "{copying:?}");
+    let table: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("lab/heads.json")).unwrap())
+            .unwrap();
+    let row = table
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| {
+            r["layer"].as_u64() == layer.parse().ok() && r["head"].as_u64() == head.parse().ok()
+        })
+        .unwrap();
+    let final_copying = row["copying"].as_f64().unwrap();
+    assert!(
+        copying.iter().any(|c| (final_copying - c.1).abs() < 1e-4),
+        "{final_copying} vs {copying:?}"
+    );
+    let said = format!("copying score is {final_copying:.2}, above 0.5 from step {crossed}");
+    assert!(summary.contains(&said), "{said}: {summary}");
     // Its "Reproduce" line repeats the overrides, not the 2000-step default.
     let reproduce = "Reproduce: `headlab lab induction --out lab --set train.max_iters=600 --set \
                      train.eval_interval=300`";
@@ -943,8 +981,15 @@ fn a_short_lab_symmetry_keeps_identical_heads_identical() {
     let history =
         std::fs::read_to_string(dir.path().join("sym/random-flex/head_history.csv")).unwrap();
     let last = history.lines().last().unwrap();
-    let grad: f64 = last.rsplit(',').next().unwrap().parse().unwrap();
+    let column = |name: &str| -> f64 {
+        let header: Vec<&str> = history.lines().next().unwrap().split(',').collect();
+        let at = header.iter().position(|c| *c == name).unwrap();
+        last.split(',').nth(at).unwrap().parse().unwrap()
+    };
+    let grad = column("grad_norm");
     assert!(grad.is_finite() && grad > 0.0, "{last}");
+    let copying = column("copying");
+    assert!((-1.0..=1.0).contains(&copying), "{last}");
 }
 
 /// `heads` on a grammar run: syntax.txt is the val split cut to whole sentences (cut again

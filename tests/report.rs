@@ -261,13 +261,23 @@ fn the_report_replays_training_and_keeps_markup_as_text() {
     // Every probe chart says what it measures; the repeated half names chance for this
     // vocabulary.
     let captions = seen["probe_captions"].as_array().unwrap();
-    // Six scores, the repeated half, and every head's gradient norm.
-    assert_eq!(captions.len(), 8, "{seen}");
+    // Six scores, the repeated half, every head's gradient norm and its copying score.
+    assert_eq!(captions.len(), 9, "{seen}");
     assert!(
         captions.iter().all(|c| c.as_str().unwrap().len() > 40),
         "{seen}"
     );
-    // head_history.csv's last column: each head's gradient norm from the step before each
+    // head_history.csv's copying column, charted last: a fraction of the spectrum's mass at
+    // every tracked step, step 0 included (it needs only the weights).
+    let copying = tracked_scores(&run, 11);
+    assert!(
+        copying
+            .iter()
+            .all(|(_, c)| c.iter().all(|x| (-1.0..=1.0).contains(x))),
+        "{copying:?}"
+    );
+    assert!(captions[8].as_str().unwrap().contains("copying score"));
+    // head_history.csv's grad_norm column: each head's gradient norm from the step before each
     // tracked step (none at step 0), finite and positive after it.
     let grads = tracked_scores(&run, 10);
     assert!(grads[0].1.iter().all(|g| g.is_nan()), "{grads:?}");
@@ -393,7 +403,8 @@ fn the_committed_lab_pages_come_from_the_current_templates() {
         |name: &str| std::fs::read_to_string(repo.join("crates/report/assets").join(name)).unwrap();
     let (report_js, explorer_js) = (asset("report.js"), asset("explorer.js"));
     let header = "layer,head,label,previous_token,induction,duplicate_token,first_token,\
-                  mean_distance,entropy,ablation_zero,ablation_mean,grad_importance,roles";
+                  mean_distance,entropy,ablation_zero,ablation_mean,grad_importance,copying,ov_top1,\
+                  roles";
     for lab in ["lab-induction", "lab-ambiguity"] {
         let dir = repo.join("docs").join(lab);
         let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
@@ -418,10 +429,38 @@ fn the_committed_lab_pages_come_from_the_current_templates() {
         "**in-context learning score**",
         "**Composition**",
         "**Patching**",
+        "**What the heads write**",
     ] {
         assert!(
             summary.contains(part),
             "docs/lab-induction/summary.md lacks {part}"
         );
     }
+    // The copying scores the summary states are the head table's (heads.csv, by column name).
+    let after = |text: &str| -> String {
+        let at = summary.find(text).unwrap_or_else(|| panic!("{text}")) + text.len();
+        summary[at..]
+            .split([' ', ',', ';', '('])
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let head = after("- **induction head**: layer ");
+    let head_index = after(&format!("- **induction head**: layer {head} head "));
+    let csv = std::fs::read_to_string(repo.join("docs/lab-induction/heads.csv")).unwrap();
+    let columns: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    let col = columns.iter().position(|c| *c == "copying").unwrap();
+    let row = csv
+        .lines()
+        .find(|l| l.starts_with(&format!("{head},{head_index},")))
+        .unwrap();
+    let want: f64 = row.split(',').nth(col).unwrap().parse().unwrap();
+    let stated: f64 = after("the induction head's copying score is ")
+        .parse()
+        .unwrap();
+    assert!(
+        (stated - want).abs() <= 0.005,
+        "summary says the induction head {head}.{head_index} copies {stated}, heads.csv {want}"
+    );
+    assert!(want > 0.5, "an induction head copies: {want}");
 }

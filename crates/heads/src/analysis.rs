@@ -16,6 +16,7 @@ use serde::Serialize;
 
 use headlab_train::eval::LossSum;
 
+use crate::circuits::{Weights, ov_circuits};
 use crate::composition::{CompositionTable, composition_table};
 use crate::detector::{DetectorRow, detector_rows};
 use crate::probe::Probe;
@@ -33,6 +34,12 @@ pub struct HeadRow {
     pub ablation_mean: f64,
     /// Mean `|dL/dm_h|` for a head mask at 1 (Michel et al. 2019).
     pub grad_importance: f64,
+    /// Copying score of the full OV circuit, `Re(sum(lambda)) / sum(|lambda|)` in `[-1, 1]`
+    /// ([`crate::circuits`], folded weights): positive for a head that raises the logit of
+    /// the token it attends to, negative for one that suppresses it.
+    pub copying: f64,
+    /// Share of tokens whose own logit is the largest in their row of the full OV circuit.
+    pub ov_top1: f64,
     /// The head's role.
     pub label: HeadLabel,
     /// The syntactic relations the head tracks on a grammar run's val sentences
@@ -182,10 +189,12 @@ fn held_out_loss(model: &Gpt, probe: &Probe, options: &ForwardOptions, device: &
     sum.mean()
 }
 
-/// The full head table: pattern scores, zero and mean ablation, gradient importance. Without
-/// held-out batches ([`Probe::from_text`]) the last three are NaN.
+/// The full head table: pattern scores, zero and mean ablation, gradient importance, the OV
+/// circuits' copying score and top-1 accuracy. Without held-out batches
+/// ([`Probe::from_text`]) ablation and importance are NaN.
 pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
     let (patterns, _) = pattern_scores(model, probe, device);
+    let circuits = ov_circuits(model, Weights::Folded);
     let t = model.config.block_size;
     let label_of = |p: &PatternScores| {
         label(
@@ -199,10 +208,13 @@ pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
     if probe.held_out.is_empty() {
         return patterns
             .into_iter()
-            .map(|p| HeadRow {
+            .zip(&circuits)
+            .map(|(p, c)| HeadRow {
                 ablation_zero: f64::NAN,
                 ablation_mean: f64::NAN,
                 grad_importance: f64::NAN,
+                copying: c.copying,
+                ov_top1: c.top1,
                 label: label_of(&p),
                 roles: Vec::new(),
                 scores: p,
@@ -226,7 +238,8 @@ pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
 
     patterns
         .into_iter()
-        .map(|p| {
+        .zip(&circuits)
+        .map(|(p, c)| {
             let (layer, head) = (p.layer, p.head);
             let zero = ForwardOptions {
                 head_mask: Some(mask_without(layer, head)),
@@ -248,6 +261,8 @@ pub fn analyze(model: &Gpt, probe: &Probe, device: &Device) -> Vec<HeadRow> {
                 ablation_zero: held_out_loss(model, probe, &zero, device) - base,
                 ablation_mean: held_out_loss(model, probe, &mean, device) - base,
                 grad_importance: importance[layer * n_heads + head],
+                copying: c.copying,
+                ov_top1: c.top1,
                 label: label_of(&p),
                 roles: Vec::new(),
                 scores: p,

@@ -12,35 +12,40 @@ pub struct HeadHistory {
     /// Per point, each head's gradient norm (NaN where none was recorded: step 0, the step a
     /// run resumed at, files written before the column existed), heads in `points`' order.
     pub grad_norms: Vec<Vec<f64>>,
+    /// Per point, each head's copying score ([`crate::circuits::copying_scores`]; NaN in files
+    /// written before the column existed), heads in `points`' order.
+    pub copying: Vec<Vec<f64>>,
 }
 
 /// Header of `head_history.csv`.
-pub const HISTORY_HEADER: &str = "step,layer,head,previous_token,induction,duplicate_token,first_token,mean_distance,entropy,repeat_loss,grad_norm\n";
+pub const HISTORY_HEADER: &str = "step,layer,head,previous_token,induction,duplicate_token,first_token,mean_distance,entropy,repeat_loss,grad_norm,copying\n";
 
-/// How every version of `head_history.csv` starts (`grad_norm` came last, later).
+/// How every version of `head_history.csv` starts (`grad_norm` came later, `copying` last).
 pub const HISTORY_PREFIX: &str = "step,layer,head,previous_token,";
 
 impl HeadHistory {
-    /// Adds a measurement, with each head's gradient norm (`grad_norms` in the order of
-    /// `scores`), and returns its CSV rows.
+    /// Adds a measurement, with each head's gradient norm and copying score (`grad_norms`
+    /// and `copying` in the order of `scores`), and returns its CSV rows.
     pub fn push(
         &mut self,
         step: usize,
         repeat_loss: f64,
         scores: Vec<PatternScores>,
         grad_norms: Vec<f64>,
+        copying: Vec<f64>,
     ) -> String {
         let mut out = String::new();
-        for (s, g) in scores.iter().zip(&grad_norms) {
+        for ((s, g), c) in scores.iter().zip(&grad_norms).zip(&copying) {
             let [prev, ind, dup, first, dist, entropy] = s.values();
             out.push_str(&format!(
                 "{step},{},{},{prev:.4},{ind:.4},{dup:.4},{first:.4},{dist:.3},{entropy:.4},\
-                 {repeat_loss:.4},{g:.6}\n",
+                 {repeat_loss:.4},{g:.6},{c:.4}\n",
                 s.layer, s.head,
             ));
         }
         self.points.push((step, repeat_loss, scores));
         self.grad_norms.push(grad_norms);
+        self.copying.push(copying);
         out
     }
 
@@ -80,10 +85,14 @@ impl HeadHistory {
                     if let Some(g) = history.grad_norms.last_mut() {
                         g.push(num(10));
                     }
+                    if let Some(c) = history.copying.last_mut() {
+                        c.push(num(11));
+                    }
                 }
                 _ => {
                     history.points.push((step, num(9), vec![score]));
                     history.grad_norms.push(vec![num(10)]);
+                    history.copying.push(vec![num(11)]);
                 }
             }
         }

@@ -8,6 +8,8 @@
 //! - [`analysis`]: pattern scores, zero and mean ablation, gradient importance,
 //!   and the head table of a checkpoint.
 //! - [`attribution`]: direct logit attribution, each head's and MLP's direct share of a logit.
+//! - [`circuits`]: each head's full OV circuit: its copying score (eigenvalues) and
+//!   diagonal top-1 accuracy, what it writes rather than where it looks.
 //! - [`composition`]: Q, K and V composition scores between heads of different layers, from
 //!   the weights, and what random heads of the same shapes score.
 //! - [`detector`]: TransformerLens's head detector (previous-token, duplicate-token,
@@ -25,6 +27,7 @@
 
 pub mod analysis;
 pub mod attribution;
+pub mod circuits;
 pub mod composition;
 pub mod detector;
 pub mod history;

@@ -1,6 +1,6 @@
 //! Head tracking as a training observer: with `train.track_heads_every = N`, every N steps
-//! the heads are scored on a fixed probe and the scores appended to the run's
-//! `head_history.csv`, the in-context-learning score on its held-out batches to
+//! the heads are scored on a fixed probe and the scores, with each head's copying score
+//! ([`crate::circuits`], from the weights), appended to the run's `head_history.csv`, the in-context-learning score on its held-out batches to
 //! `icl_history.csv` ([`crate::icl`]), every head's map on one probe window to
 //! `head_maps.jsonl`, and on a run on the built-in grammar corpus its syntactic scores
 //! ([`crate::syntax`]) on the val split's first sentences to `syntax_history.csv`.
@@ -17,6 +17,7 @@ use headlab_model::Gpt;
 use headlab_train::trainer::{Observer, ObserverError, RunStart};
 
 use crate::analysis::{mean_patterns, pattern_scores};
+use crate::circuits::copying_scores;
 use crate::history::{HISTORY_HEADER, HISTORY_PREFIX, HeadHistory};
 use crate::icl::{ICL_FILE, ICL_HEADER, icl_score};
 use crate::maps::{MAPS_FILE, MAX_MAP_TOKENS, MapHistory, MapsHeader, quantize, step_line};
@@ -139,7 +140,10 @@ impl Observer for HeadTracker {
             Some((at, norms)) if at == step => norms,
             _ => vec![f64::NAN; scores.len()],
         };
-        let rows = tracking.history.push(step, repeat_loss, scores, grads);
+        let copying = copying_scores(&model);
+        let rows = tracking
+            .history
+            .push(step, repeat_loss, scores, grads, copying);
         let fresh = tracking.history.points.len() == 1;
         append_rows(&tracking.csv, HISTORY_HEADER, fresh, step, &rows)?;
         let probe = &tracking.probe;

@@ -52,6 +52,9 @@ pub struct InductionLab {
     pub causal: Option<Causal>,
     /// The in-context-learning score at every tracked step (`icl_history.csv`).
     pub icl: Vec<(usize, IclScore)>,
+    /// First tracked step at which the induction head's copying score exceeded 0.5
+    /// (`head_history.csv`).
+    pub copying_crossed_at: Option<usize>,
 }
 
 /// The circuit's two heads tested causally: activation patching of a repeated run (clean)
@@ -135,8 +138,20 @@ pub fn induction(
         path: path.clone(),
         source,
     })?;
-    let circuit = find_circuit(&HeadHistory::parse(&text, usize::MAX))
-        .ok_or(LabError::NoHeadHistory(path))?;
+    let history = HeadHistory::parse(&text, usize::MAX);
+    let circuit = find_circuit(&history).ok_or(LabError::NoHeadHistory(path))?;
+    let copying_crossed_at =
+        history
+            .points
+            .iter()
+            .zip(&history.copying)
+            .find_map(|((step, _, scores), copying)| {
+                scores
+                    .iter()
+                    .zip(copying)
+                    .any(|(s, c)| (s.layer, s.head) == circuit.induction_head && *c > 0.5)
+                    .then_some(*step)
+            });
     let (trained, device, data) = open(&run_dir)?;
     let (cfg, tokenizer) = (&trained.config, &trained.tokenizer);
     let probe = Probe::new(
@@ -160,6 +175,7 @@ pub fn induction(
         report,
         causal,
         icl,
+        copying_crossed_at,
     })
 }
 
@@ -184,6 +200,34 @@ fn evidence(lab: &InductionLab) -> String {
              random heads of the same shapes (Q-composition {q:.2}, V-composition {v:.2}; \
              baselines {:.2} and {:.2}).\n",
             table.baseline[1], table.baseline[0], table.baseline[2]
+        );
+    }
+    let row = |at: (usize, usize)| {
+        lab.report
+            .rows
+            .iter()
+            .find(|r| (r.scores.layer, r.scores.head) == at)
+    };
+    if let (Some(ind), Some(prev)) = (row(c.induction_head), row(c.previous_token_head)) {
+        let crossed = match (lab.copying_crossed_at, c.crossed_at) {
+            (None, _) => " (never above 0.5 while tracked)".to_string(),
+            (Some(st), Some(attn)) if st < attn => format!(
+                ", above 0.5 from step {st} (its induction score: from step {attn}; what the \
+                 head writes settles before where it looks)"
+            ),
+            (Some(st), _) => format!(", above 0.5 from step {st}"),
+        };
+        let _ = writeln!(
+            s,
+            "**What the heads write** (the full OV circuit W_E W_V W_O W_U, LayerNorm weights \
+             folded in; `copying` and `ov_top1` in the table): the induction head's copying \
+             score is {:.2}{crossed}, and for {:.0}% of tokens its circuit raises the attended \
+             token's own logit most, so it copies the token it finds; the previous-token \
+             head's is {:.2} ({:.0}%): it writes where it is, not what to say.\n",
+            ind.copying,
+            100.0 * ind.ov_top1,
+            prev.copying,
+            100.0 * prev.ov_top1,
         );
     }
     if let Some(p) = &lab.causal {

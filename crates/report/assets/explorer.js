@@ -40,7 +40,7 @@ for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
     const w = a[i * T + j]; if (w > 0.01) cells++; g.fillStyle = shade(w); g.fillRect(j * px, i * px, px, px); }
   p.dataset.cells = cells; p.onclick = () => pick(l, h); grid.appendChild(p);
 }
-const cols = ['layer', 'head', 'label', 'previous_token', 'induction', 'duplicate_token', 'first_token', 'mean_distance', 'entropy', 'ablation_zero', 'ablation_mean', 'grad_importance', 'roles'];
+const cols = ['layer', 'head', 'label', 'previous_token', 'induction', 'duplicate_token', 'first_token', 'mean_distance', 'entropy', 'ablation_zero', 'ablation_mean', 'grad_importance', 'copying', 'ov_top1', 'roles'];
 const tbl = document.getElementById('table');
 tbl.innerHTML = '<tr>' + cols.map(c => `<th>${c}</th>`).join('') + '</tr>';
 for (const r of D.rows) { const tr = tbl.insertRow(); tr.dataset.layer = r.layer; tr.dataset.head = r.head;

@@ -483,6 +483,7 @@ function buildScores() {
   D.score_names.forEach(n => chart(`score-${n}`, CAPTIONS[n] || ''));
   chart('repeat-loss', repeatCaption());
   if (HAVE_GRADS) chart('grad-norm', GRAD_CAPTION);
+  if (HAVE_COPYING) chart('copying', COPYING_CAPTION);
   if (HAVE_SYNTAX) {
     chart('syntax-subject_mass', SUBJECT_CAPTION);
     RELATIONS.forEach(r => chart(`syntax-${r}`, RELATION_CAPTIONS[r]));
@@ -521,6 +522,21 @@ function drawSyntax(cv, name, title, ylabel, base) {
 const HAVE_GRADS = D.tracked.some(p => (p.grad_norms || []).some(Number.isFinite));
 const GRAD_CAPTION = 'Each head\'s gradient norm: how hard the step before each tracked step pulled on the head\'s own weights (its W_Q, W_K, W_V columns and W_O rows). Heads that start alike but are pulled differently grow apart; one whose norm falls to near 0 has settled.';
 
+// Whether the run recorded copying scores (runs made before it did have none).
+const HAVE_COPYING = D.tracked.some(p => (p.copying || []).some(Number.isFinite));
+const COPYING_CAPTION = 'Each head\'s copying score, from its weights: the eigenvalues of its full OV circuit W_E W_V W_O W_U (LayerNorm weights folded in), as Re(sum) / sum of |each|. Near +1 the head raises the logit of the token it attends to (a copier, such as an induction head\'s output); near -1 it lowers it (a suppressor); near 0 it writes something else.';
+
+// Draws every head's copying score through training, from -1 to 1.
+function drawCopying(cv) {
+  const sel = selIdx(), step = STEPS[S.k];
+  const series = headSeries((p, idx) => (p.copying || [])[idx]);
+  series.unshift({ pts: stepRange().map(x => [x, 0]), color: '#888', width: 1, dash: [5, 4] });
+  drawChart(cv, {
+    title: `copying score — ${headName(sel)} ${fmt((D.tracked[S.k].copying || [])[sel])} at step ${step}`,
+    ylabel: 'score', x: stepRange(), y: [-1, 1], series,
+  }, step);
+}
+
 // What each probe chart measures and what a rise or fall means, one line each.
 const CAPTIONS = {
   previous_token: 'Attention from each token to the one just before it: near 1, the head reads the previous token (the first half of an induction circuit).',
@@ -546,6 +562,7 @@ function drawCharts() {
   D.score_names.forEach((n, s) => drawScore($(`score-${n}`), s));
   drawRepeat($('repeat-loss'));
   if (HAVE_GRADS) drawGradNorm($('grad-norm'));
+  if (HAVE_COPYING) drawCopying($('copying'));
   if (HAVE_SYNTAX) {
     drawSyntax($('syntax-subject_mass'), 'subject_mass', 'attention on the subject at the verb\'s number', 'attention');
     RELATIONS.forEach(r => drawSyntax($(`syntax-${r}`), r, `${r} accuracy`, 'accuracy', `${r}_baseline`));
@@ -610,7 +627,7 @@ function buildTable() {
       ' ablations), then make this page again.');
     return;
   }
-  const cols = [...D.score_names, 'ablation_zero', 'ablation_mean', 'grad_importance'];
+  const cols = [...D.score_names, 'ablation_zero', 'ablation_mean', 'grad_importance', 'copying', 'ov_top1'];
   const tbl = $('head-table'), hr = tbl.createTHead().insertRow();
   // A grammar run's syntactic roles, beside the label, when any head has one.
   const roles = TABLE.some(r => (r.roles || []).length);

@@ -30,7 +30,7 @@ pub fn write_head_report(out: &Path, title: &str, report: &HeadReport) -> Result
 
 /// The numeric columns: CSV header, terminal header and width, decimals in CSV and on the
 /// terminal.
-const COLUMNS: [(&str, &str, usize, usize, usize); 9] = [
+const COLUMNS: [(&str, &str, usize, usize, usize); 11] = [
     ("previous_token", "prev", 6, 4, 3),
     ("induction", "induct", 6, 4, 3),
     ("duplicate_token", "dup", 6, 4, 3),
@@ -40,10 +40,12 @@ const COLUMNS: [(&str, &str, usize, usize, usize); 9] = [
     ("ablation_zero", "abl-zero", 8, 5, 4),
     ("ablation_mean", "abl-mean", 8, 5, 4),
     ("grad_importance", "grad", 8, 5, 4),
+    ("copying", "copy", 6, 4, 3),
+    ("ov_top1", "ov-top1", 7, 4, 3),
 ];
 
 /// A row's values in [`COLUMNS`] order.
-fn values(r: &HeadRow) -> [f64; 9] {
+fn values(r: &HeadRow) -> [f64; 11] {
     let [a, b, c, d, e, f] = r.scores.values();
     [
         a,
@@ -55,6 +57,8 @@ fn values(r: &HeadRow) -> [f64; 9] {
         r.ablation_zero,
         r.ablation_mean,
         r.grad_importance,
+        r.copying,
+        r.ov_top1,
     ]
 }
 
@@ -161,6 +165,8 @@ mod tests {
             ablation_zero: 0.123456,
             ablation_mean: -0.0001,
             grad_importance: 1.5,
+            copying: -0.81234,
+            ov_top1: 0.0625,
             label: HeadLabel::PreviousToken,
             roles: Vec::new(),
         }
@@ -174,15 +180,16 @@ mod tests {
         assert_eq!(
             lines.next().unwrap(),
             "layer,head,label,previous_token,induction,duplicate_token,first_token,\
-             mean_distance,entropy,ablation_zero,ablation_mean,grad_importance,roles"
+             mean_distance,entropy,ablation_zero,ablation_mean,grad_importance,copying,ov_top1,roles"
         );
         assert_eq!(
             lines.next().unwrap(),
-            "1,3,previous-token,0.9123,0.5000,0.2500,0.1250,2.345,0.7500,0.12346,-0.00010,1.50000,"
+            "1,3,previous-token,0.9123,0.5000,0.2500,0.1250,2.345,0.7500,0.12346,-0.00010,1.50000,\
+             -0.8123,0.0625,"
         );
         let mut two = row();
         two.roles = vec!["subject".into(), "determiner".into()];
-        assert!(to_csv(&[two]).ends_with(",1.50000,subject;determiner\n"));
+        assert!(to_csv(&[two]).ends_with(",0.0625,subject;determiner\n"));
     }
 
     #[test]
@@ -195,7 +202,7 @@ mod tests {
                 .lines()
                 .nth(1)
                 .unwrap()
-                .ends_with(" 0.1235  -0.0001   1.5000"),
+                .ends_with(" 0.1235  -0.0001   1.5000 -0.812   0.062"),
             "{table}"
         );
     }

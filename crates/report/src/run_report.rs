@@ -107,6 +107,8 @@ struct Tracked {
     maps: Option<String>,
     /// Per head, its gradient norm (the step before); `null` where not recorded.
     grad_norms: Vec<Option<f64>>,
+    /// Per head, its copying score; `null` where not recorded.
+    copying: Vec<Option<f64>>,
     /// A grammar run's syntactic scores per head, in `syntax_names` order; `None` where not
     /// recorded.
     syntax: Option<Vec<SyntaxPoint>>,
@@ -188,12 +190,16 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         .unwrap_or_default();
     let tracked: Vec<Tracked> = history
         .iter()
-        .flat_map(|h| h.points.iter().zip(&h.grad_norms))
-        .map(|((step, repeat_loss, scores), grads)| Tracked {
+        .flat_map(|h| h.points.iter().zip(&h.grad_norms).zip(&h.copying))
+        .map(|(((step, repeat_loss, scores), grads), copying)| Tracked {
             step: *step,
             repeat_loss: *repeat_loss,
             scores: scores.iter().map(PatternScores::values).collect(),
             grad_norms: grads.iter().map(|g| g.is_finite().then_some(*g)).collect(),
+            copying: copying
+                .iter()
+                .map(|c| c.is_finite().then_some(*c))
+                .collect(),
             syntax: syntax_history
                 .iter()
                 .find(|(s, _)| s == step)
