@@ -399,6 +399,41 @@ fn a_short_lab_induction_run_forms_an_induction_head() {
     );
     let restored = after("the token after the earlier occurrence of the last token) restores");
     assert!(restored > 0.5, "patching restored {restored}: {summary}");
+    // Path patching: the previous-token head's write sent into the induction layer's keys
+    // brings most of the answer back; into its queries or values, close to nothing. Each
+    // head alone carries part of it.
+    let alone = |from: &str, to: &str| -> Vec<f64> {
+        let part = summary
+            .split(from)
+            .nth(1)
+            .and_then(|rest| rest.split(to).next())
+            .unwrap_or_else(|| panic!("{from}: {summary}"));
+        part.split(" alone ")
+            .skip(1)
+            .map(|p| p.split([',', ')']).next().unwrap().parse().unwrap())
+            .collect()
+    };
+    let keys = after("all at once, it restores");
+    let (queries, values) = (after("; into their queries"), after("; into their values"));
+    assert!(keys > 0.5, "K path {keys}: {summary}");
+    // (A short run's value paths carry a little: 0.13 at 600 steps, 0.00 at 2000.)
+    assert!(queries.abs() < 0.2 && values.abs() < 0.2, "{summary}");
+    assert!(keys > queries.max(values) + 0.5, "{summary}");
+    let each_key = alone("all at once, it restores", "; into their queries");
+    let each_query = alone("; into their queries", "; into their values");
+    let each_value = alone("; into their values", ". The edge");
+    assert_eq!(each_key.len(), 2, "{summary}");
+    assert_eq!((each_query.len(), each_value.len()), (2, 2), "{summary}");
+    for share in each_query.iter().chain(&each_value) {
+        assert!(share.abs() < 0.2, "{summary}");
+    }
+    let best_key = each_key.iter().copied().fold(f64::MIN, f64::max);
+    assert!(keys >= best_key - 0.05, "{summary}");
+    let whole = after("The previous-token head's whole clean output restores");
+    assert!(
+        whole >= best_key - 0.05,
+        "whole head {whole} vs K path {best_key}"
+    );
     // The induction head copies what it finds: its copying score (head_history.csv's last
     // column) starts below 0.5, first passes it at the step the summary names, and at one
     // tracked step (the best checkpoint's, which the lab's head table is of) is the table's.
@@ -931,6 +966,90 @@ fn patch_sweeps_every_site_and_refuses_prompts_that_do_not_line_up() {
     assert_eq!(empty.status.code(), Some(2));
     assert_eq!(String::from_utf8_lossy(&empty.stderr).lines().count(), 1);
     assert!(!dir.path().join("empty/patch").exists());
+}
+
+/// `headlab patch --path all` on the exported char model: path.csv holds every sender ->
+/// later receiver x Q/K/V path with the metric TransformerLens 4.3's direct path patching
+/// measured on the same prompts (tools/tl-path.py); a head that does not exist, a receiver
+/// not after its sender, a sender in the last layer and a malformed head are refused with
+/// one line and exit 2, writing nothing.
+#[test]
+fn patch_paths_match_transformer_lens_and_refuse_paths_that_do_not_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports");
+    let export = fixtures.join("char");
+    ok(&headlab(
+        &["import", "hf", export.to_str().unwrap(), "--out", "imp"],
+        dir.path(),
+    ));
+    let patch = |path: &str, out: &str| {
+        headlab(
+            &[
+                "patch",
+                "imp",
+                "--clean",
+                "the spy sees the sp",
+                "--corrupted",
+                "the dog sees the sp",
+                "--answer",
+                "y",
+                "--versus",
+                "e",
+                "--path",
+                path,
+                "--out",
+                out,
+            ],
+            dir.path(),
+        )
+    };
+    let printed = ok(&patch("all", "all"));
+    assert!(printed.contains("largest paths"), "{printed}");
+    assert!(dir.path().join("all/path.png").is_file());
+    let csv = std::fs::read_to_string(dir.path().join("all/path.csv")).unwrap();
+    let tl: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("tl-path.json")).unwrap())
+            .unwrap();
+    let theirs = tl["folders"]["char"]["paths"].as_array().unwrap();
+    // 2 senders in layer 0 x 2 receivers in layer 1 x Q, K, V.
+    assert_eq!(theirs.len(), 12);
+    assert_eq!(csv.lines().count(), 1 + theirs.len(), "{csv}");
+    for t in theirs {
+        let head = |k: &str| format!("{},{}", t[k][0], t[k][1]);
+        let key = format!(
+            "{},{},{},",
+            head("sender"),
+            head("receiver"),
+            t["input"].as_str().unwrap()
+        );
+        let row = csv
+            .lines()
+            .find(|l| l.starts_with(&key))
+            .unwrap_or_else(|| panic!("{key}: {csv}"));
+        let metric: f64 = row.split(',').nth(5).unwrap().parse().unwrap();
+        let want = t["metric"].as_f64().unwrap();
+        assert!(
+            (metric - want).abs() < 1e-4,
+            "{key}: {metric} vs TransformerLens {want}"
+        );
+    }
+    for (path, says) in [
+        ("5.0", "does not exist"),
+        ("0.7", "does not exist"),
+        ("1.0:0.1", "must be after the sender's"),
+        ("0.0:0.1", "must be after the sender's"),
+        ("1.1", "last layer"),
+        ("x", "is not LAYER.HEAD"),
+        ("0.1:1", "is not LAYER.HEAD"),
+    ] {
+        let refused = patch(path, "bad");
+        assert_eq!(refused.status.code(), Some(2), "--path {path}");
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(stderr.contains(says), "--path {path}: {stderr}");
+        let errors = stderr.lines().filter(|l| l.starts_with("error")).count();
+        assert_eq!(errors, 1, "--path {path}: {stderr}");
+        assert!(!dir.path().join("bad").exists(), "--path {path}");
+    }
 }
 
 /// A reduced `lab symmetry` (200 steps, tracked every 50): the identical starts stay

@@ -429,6 +429,7 @@ fn the_committed_lab_pages_come_from_the_current_templates() {
         "**in-context learning score**",
         "**Composition**",
         "**Patching**",
+        "**Path patching**",
         "**What the heads write**",
     ] {
         assert!(

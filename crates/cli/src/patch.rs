@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use headlab_data::Tokenizer;
-use headlab_heads::{Metric, Patching, Sweep, patch_sweeps};
+use headlab_heads::{Metric, Patching, PathPatching, Paths, Sweep, patch_sweeps, path_sweep};
 use headlab_report::heatmap::heatmap_png;
 use headlab_report::report_run;
 
@@ -30,6 +30,12 @@ pub struct PatchArgs {
     /// without it, the answer's log-probability.
     #[arg(long)]
     pub versus: Option<String>,
+    /// Patch paths instead of sites: one head's clean write into each later head's Q, K and V
+    /// input alone (direct path patching). `L.H` sends from layer L head H (from 0) to every
+    /// later head, `L.H:M.G` from it to head M.G only, `all` from every head. Writes path.csv
+    /// and path.png.
+    #[arg(long, value_name = "L.H | L.H:M.G | all", value_parser = parse_paths)]
+    pub path: Option<Paths>,
     /// Largest effects to print.
     #[arg(long, default_value_t = 10)]
     pub top: usize,
@@ -79,6 +85,17 @@ pub fn run(args: PatchArgs) -> Result<()> {
         }
         None => Metric::LogProb { answer },
     };
+    if let Some(paths) = args.path {
+        return paths_run(
+            &args,
+            &run.root,
+            &trained.model,
+            (&clean, &corrupted),
+            metric,
+            paths,
+            &device,
+        );
+    }
     let result = patch_sweeps(&trained.model, &clean, &corrupted, metric, &device)?;
     let warning = too_close(&result);
     if let Some(w) = &warning {
@@ -292,6 +309,127 @@ fn patch_csv(result: &Patching, labels: &Labels) -> String {
             };
             let _ = writeln!(s, "{},{l},{c},{tokens},{m:.6},{r:.6}", sweep.site);
         }
+    }
+    s
+}
+
+/// `L.H`: a layer and a head, counted from 0.
+fn parse_head(text: &str) -> Result<(usize, usize), String> {
+    let bad = || format!("{text:?} is not LAYER.HEAD (two numbers from 0, such as 0.1)");
+    let (l, h) = text.split_once('.').ok_or_else(bad)?;
+    Ok((l.parse().map_err(|_| bad())?, h.parse().map_err(|_| bad())?))
+}
+
+/// `--path`: `all`, `L.H` or `L.H:M.G`.
+fn parse_paths(text: &str) -> Result<Paths, String> {
+    if text == "all" {
+        return Ok(Paths::All);
+    }
+    match text.split_once(':') {
+        Some((sender, receiver)) => Ok(Paths::Between(parse_head(sender)?, parse_head(receiver)?)),
+        None => Ok(Paths::From(parse_head(text)?)),
+    }
+}
+
+/// `headlab patch --path`: the sweep, path.csv, path.png and the paths that restore most.
+fn paths_run(
+    args: &PatchArgs,
+    root: &std::path::Path,
+    model: &headlab_model::Gpt,
+    (clean, corrupted): (&[u32], &[u32]),
+    metric: Metric,
+    paths: Paths,
+    device: &burn::tensor::Device,
+) -> Result<()> {
+    let result = path_sweep(model, clean, corrupted, metric, paths, device)?;
+    if model.config.kv_heads() != model.config.n_heads {
+        eprintln!(
+            "note: this model's key and value heads are shared between query heads, so only \
+             the paths into queries (Q) are patched"
+        );
+    }
+    let out = args.out.clone().unwrap_or_else(|| root.join("patch"));
+    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
+    let csv = out.join("path.csv");
+    std::fs::write(&csv, path_csv(&result))
+        .with_context(|| format!("writing {}", csv.display()))?;
+    // One row per (sender, receiver), one column per input.
+    let mut rows: Vec<String> = Vec::new();
+    let mut cells: Vec<f64> = Vec::new();
+    for chunk in result
+        .paths
+        .chunk_by(|a, b| (a.sender, a.receiver) == (b.sender, b.receiver))
+    {
+        let (s, r) = (chunk[0].sender, chunk[0].receiver);
+        rows.push(format!("{}.{} -> {}.{}", s.0, s.1, r.0, r.1));
+        for input in headlab_model::HeadInput::ALL {
+            let v = chunk
+                .iter()
+                .find(|p| p.input == input)
+                .map_or(f64::NAN, |p| p.restored);
+            cells.push(v);
+        }
+    }
+    let png = out.join("path.png");
+    let columns: Vec<String> = ["Q", "K", "V"].map(String::from).to_vec();
+    let labels: Vec<String> = cells.iter().map(|r| format!("{r:.2}")).collect();
+    heatmap_png(
+        &png,
+        "path patching: share of the clean answer restored through each input",
+        &rows,
+        &columns,
+        &cells,
+        &labels,
+    )?;
+    print!("{}", path_summary(&result, args.top));
+    eprintln!("wrote {} and {}", csv.display(), png.display());
+    Ok(())
+}
+
+/// The two runs' metric and the paths that restore most.
+fn path_summary(result: &PathPatching, top: usize) -> String {
+    let mut s = format!(
+        "metric: clean {:.4}, corrupted {:.4}\n",
+        result.clean, result.corrupted
+    );
+    let mut paths: Vec<_> = result.paths.iter().collect();
+    paths.sort_by(|a, b| b.restored.abs().total_cmp(&a.restored.abs()));
+    let _ = writeln!(
+        s,
+        "largest paths (share of the clean answer restored through one input of one head):"
+    );
+    for p in paths.iter().take(top) {
+        let _ = writeln!(
+            s,
+            "  {:>+7.3}  head {}.{} -> head {}.{} {}",
+            p.restored,
+            p.sender.0,
+            p.sender.1,
+            p.receiver.0,
+            p.receiver.1,
+            p.input.name()
+        );
+    }
+    s
+}
+
+/// `path.csv`: one row per sender, receiver and input.
+fn path_csv(result: &PathPatching) -> String {
+    let mut s = String::from(
+        "sender_layer,sender_head,receiver_layer,receiver_head,input,metric,restored\n",
+    );
+    for p in &result.paths {
+        let _ = writeln!(
+            s,
+            "{},{},{},{},{},{:.6},{:.6}",
+            p.sender.0,
+            p.sender.1,
+            p.receiver.0,
+            p.receiver.1,
+            p.input.name(),
+            p.metric,
+            p.restored
+        );
     }
     s
 }

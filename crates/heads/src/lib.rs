@@ -47,7 +47,10 @@ pub use detector::{Detection, DetectorRow, detector_rows};
 pub use history::{Circuit, HISTORY_HEADER, HeadHistory, find_circuit};
 pub use lens::{LensError, LensStage, logit_lens};
 pub use maps::{MAPS_FILE, MapHistory, MapsFileError, MapsHeader};
-pub use patching::{Metric, PatchError, Patching, Sweep, patch_sweeps};
+pub use patching::{
+    Metric, PatchError, Patching, PathError, PathPatch, PathPatching, Paths, Sweep, patch_sweeps,
+    path_into_heads, path_sweep,
+};
 pub use probe::Probe;
 pub use scores::HeadLabel;
 pub use tracker::{HISTORY_FILE, HeadTracker, LEGACY_HISTORY_FILE};

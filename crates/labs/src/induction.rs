@@ -10,8 +10,11 @@ use std::time::Instant;
 use burn::tensor::Device;
 use headlab_heads::history::{Circuit, HeadHistory, find_circuit};
 use headlab_heads::icl::{ICL_FILE, IclScore, parse_icl_history, steepest_fall};
-use headlab_heads::{HISTORY_FILE, HeadReport, Metric, Mode, Probe, head_report, patch_sweeps};
-use headlab_model::Gpt;
+use headlab_heads::{
+    HISTORY_FILE, HeadReport, Metric, Mode, Paths, Probe, head_report, patch_sweeps,
+    path_into_heads, path_sweep,
+};
+use headlab_model::{Gpt, HeadInput};
 use headlab_report::{REPORT_FILE, to_table};
 use headlab_train::config::RunConfig;
 
@@ -75,6 +78,43 @@ pub struct Causal {
     pub previous_token_write: f64,
     /// `logit(answer) - logit(corrupted answer)` after the last token, clean and corrupted.
     pub metric: (f64, f64),
+    /// The previous-token head -> induction head paths (`None` when the run's vocabulary has no
+    /// token left to put in place of the earlier occurrence).
+    pub paths: Option<KeyPaths>,
+}
+
+/// Direct path patching of the circuit's one edge: the clean run against a copy in which only
+/// the earlier occurrence of the last token is replaced, so the last token has nothing to find.
+/// What the previous-token head writes at the next position ("the token before me was X") is
+/// the only thing that differs there; sent into an induction head's K input it should bring
+/// the answer back, sent into Q or V it should not.
+#[derive(Debug, Clone)]
+pub struct KeyPaths {
+    /// The replaced position (the earlier occurrence of the last token).
+    pub replaced: usize,
+    /// `log p(answer)` after the last token, clean and corrupted.
+    pub metric: (f64, f64),
+    /// The previous-token head's whole clean output (every path at once): share restored.
+    pub sender: f64,
+    /// For each head of the induction head's layer: the share restored through its query, key
+    /// and value inputs.
+    pub receivers: Vec<ReceiverPaths>,
+    /// The same into every head of that layer at once (its heads may share the work).
+    pub together: ReceiverPaths,
+}
+
+/// The three paths into one receiving head (or a layer's heads together).
+#[derive(Debug, Clone)]
+pub struct ReceiverPaths {
+    /// The receiving head, `(layer, head)` (for a layer's heads together, the induction
+    /// head's).
+    pub head: (usize, usize),
+    /// Share restored through its query input.
+    pub q: f64,
+    /// Through its key input.
+    pub k: f64,
+    /// Through its value input.
+    pub v: f64,
 }
 
 /// Patches the first of the probe's repeated runs into a copy whose first half comes from the
@@ -112,6 +152,7 @@ fn causal_test(
         sweep.restored[layer * sweep.columns + column]
     };
     let (il, ih) = circuit.induction_head;
+    let paths = key_paths(model, &clean, source - 1, circuit, device)?;
     Ok(Some(Causal {
         tokens: clean.len(),
         source,
@@ -119,6 +160,76 @@ fn causal_test(
         source_stream: restored("resid_pre", il, source),
         previous_token_write: restored("attn_out", circuit.previous_token_head.0, source),
         metric: (result.clean, result.corrupted),
+        paths,
+    }))
+}
+
+/// [`KeyPaths`] on `clean` with the token at `replaced` swapped for the first token of the
+/// vocabulary that the prompt does not hold.
+fn key_paths(
+    model: &Gpt,
+    clean: &[u32],
+    replaced: usize,
+    circuit: &Circuit,
+    device: &Device,
+) -> Result<Option<KeyPaths>, LabError> {
+    let vocab = model.config.vocab_size as u32;
+    let Some(absent) = (0..vocab).find(|t| !clean.contains(t)) else {
+        return Ok(None);
+    };
+    let mut corrupted = clean.to_vec();
+    corrupted[replaced] = absent;
+    let answer = clean[replaced + 1];
+    let metric = Metric::LogProb { answer };
+    let sweep = path_sweep(
+        model,
+        clean,
+        &corrupted,
+        metric,
+        Paths::From(circuit.previous_token_head),
+        device,
+    )?;
+    let layer = circuit.induction_head.0;
+    let share = |head: (usize, usize), input: HeadInput| {
+        sweep
+            .paths
+            .iter()
+            .find(|p| p.receiver == head && p.input == input)
+            .map_or(f64::NAN, |p| p.restored)
+    };
+    let receivers = (0..model.config.n_heads)
+        .map(|h| ReceiverPaths {
+            head: (layer, h),
+            q: share((layer, h), HeadInput::Q),
+            k: share((layer, h), HeadInput::K),
+            v: share((layer, h), HeadInput::V),
+        })
+        .collect();
+    let all: Vec<usize> = (0..model.config.n_heads).collect();
+    let together = |input| {
+        let prompts = (clean, &corrupted[..]);
+        let sender = circuit.previous_token_head;
+        path_into_heads(model, prompts, metric, sender, (layer, &all), input, device)
+    };
+    let together = ReceiverPaths {
+        head: circuit.induction_head,
+        q: together(HeadInput::Q)?,
+        k: together(HeadInput::K)?,
+        v: together(HeadInput::V)?,
+    };
+    let whole = patch_sweeps(model, clean, &corrupted, metric, device)?;
+    let heads = whole
+        .sweeps
+        .iter()
+        .find(|s| s.site == "head")
+        .expect("a head sweep");
+    let (pl, ph) = circuit.previous_token_head;
+    Ok(Some(KeyPaths {
+        replaced,
+        metric: (sweep.clean, sweep.corrupted),
+        sender: heads.restored[pl * heads.columns + ph],
+        receivers,
+        together,
     }))
 }
 
@@ -251,8 +362,48 @@ fn evidence(lab: &InductionLab) -> String {
             p.source_stream,
             p.previous_token_write
         );
+        if let Some(k) = &p.paths {
+            let list = |f: &dyn Fn(&ReceiverPaths) -> f64| {
+                let parts: Vec<String> = k
+                    .receivers
+                    .iter()
+                    .map(|r| format!("{}.{} alone {}", r.head.0, r.head.1, share(f(r))))
+                    .collect();
+                parts.join(", ")
+            };
+            let (ph, il) = (c.previous_token_head, c.induction_head.0);
+            let _ = writeln!(
+                s,
+                "**Path patching** (`headlab patch --path {}.{}`): the same clean run against a \
+                 copy with only position {} (the earlier occurrence of the last token) \
+                 replaced, scored by the answer's log-probability ({:.2} clean, {:.2} \
+                 corrupted). The previous-token head's whole clean output restores {:.2}. Sent \
+                 only into the keys of layer {il}'s heads, all at once, it restores {} ({}); \
+                 into their queries {} ({}); into their values {} ({}). The edge the circuit uses is previous-token head -> induction heads' \
+                 keys: the key at the next position says \"the token before me matches\", and \
+                 the query needs nothing from the first layer.\n",
+                ph.0,
+                ph.1,
+                k.replaced,
+                k.metric.0,
+                k.metric.1,
+                k.sender,
+                share(k.together.k),
+                list(&|r| r.k),
+                share(k.together.q),
+                list(&|r| r.q),
+                share(k.together.v),
+                list(&|r| r.v),
+            );
+        }
     }
     s
+}
+
+/// A share to two decimals, never "-0.00".
+fn share(x: f64) -> String {
+    // Rounded first, then + 0.0 turns a -0.0 into 0.0.
+    format!("{:.2}", (x * 100.0).round() / 100.0 + 0.0)
 }
 
 /// `lab induction`'s summary page.

@@ -77,6 +77,9 @@ pub enum LabError {
     /// The causal test of a lab's circuit.
     #[error(transparent)]
     Patch(#[from] headlab_heads::PatchError),
+    /// The path patching of a lab's circuit.
+    #[error(transparent)]
+    Path(#[from] headlab_heads::PathError),
     /// `lab ambiguity` found no sentence to measure.
     #[error(
         "no ambiguous sentence fits the model's context with \"with\" and \"and\" as one token \

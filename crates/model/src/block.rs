@@ -125,6 +125,43 @@ pub enum PatchSite {
         /// `[b, n_heads, t, d_k]`: the other run's head outputs.
         value: Tensor<4>,
     },
+    /// What some heads' query, key or value projection reads: their own copy of the residual
+    /// stream entering the block, plus `delta`, then `ln_1` in a pre-norm block (direct path
+    /// patching: an earlier head's clean-minus-corrupted write reaches this one input and
+    /// nothing else). On grouped key/value heads a K or V input is the shared head's.
+    HeadInput {
+        /// The heads whose input is patched (usually one).
+        heads: Vec<usize>,
+        /// Which of its projections reads the patched stream.
+        input: HeadInput,
+        /// `[b, t, d_model]`, added at every position.
+        delta: Tensor<3>,
+    },
+}
+
+/// One of a head's three projections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum HeadInput {
+    /// Its queries.
+    Q,
+    /// Its keys.
+    K,
+    /// Its values.
+    V,
+}
+
+impl HeadInput {
+    /// Q, K, V.
+    pub const ALL: [HeadInput; 3] = [HeadInput::Q, HeadInput::K, HeadInput::V];
+
+    /// `Q`, `K` or `V`.
+    pub fn name(self) -> &'static str {
+        match self {
+            HeadInput::Q => "Q",
+            HeadInput::K => "K",
+            HeadInput::V => "V",
+        }
+    }
 }
 
 /// `x [b, t, d]` with row `position` taken from `value`; every other row is `x`'s, exactly.
@@ -137,6 +174,35 @@ pub fn patch_position(x: Tensor<3>, value: Tensor<3>, position: usize) -> Tensor
     let pick = Tensor::<1>::from_data(TensorData::new(pick, [t]), on).reshape([1, t, 1]);
     let keep = pick.clone().neg().add_scalar(1.0);
     x.mul(keep).add(value.mul(pick))
+}
+
+/// `qkv` with `heads`' `input` projection taken from `patched` (the same block's projections
+/// of another stream). With grouped key/value heads, query head `h`'s K or V is the shared
+/// head's.
+///
+/// # Shapes
+/// `q [b, n_heads, t, d_k]`, `k, v [b, n_kv_heads, t, d_k]`, unchanged
+fn patch_head_input(
+    mut qkv: Qkv,
+    patched: Qkv,
+    heads: &[usize],
+    input: HeadInput,
+    n_heads: usize,
+) -> Qkv {
+    let take = |to: Tensor<4>, from: Tensor<4>, h: usize| {
+        let [b, _, t, d_k] = to.dims();
+        let range = [0..b, h..h + 1, 0..t, 0..d_k];
+        to.slice_assign(range.clone(), from.slice(range))
+    };
+    let group = n_heads / qkv.k.dims()[1];
+    for &head in heads {
+        match input {
+            HeadInput::Q => qkv.q = take(qkv.q, patched.q.clone(), head),
+            HeadInput::K => qkv.k = take(qkv.k, patched.k.clone(), head / group),
+            HeadInput::V => qkv.v = take(qkv.v, patched.v.clone(), head / group),
+        }
+    }
+    qkv
 }
 
 /// What a block's attention is asked to do besides its forward pass.
@@ -233,9 +299,14 @@ impl Block {
         } else {
             x.clone()
         };
-        let (head_patch, sublayer_patch) = match options.patch {
-            Some(PatchSite::Head { head, value }) => (Some((head, value)), None),
-            other => (None, other),
+        let (head_patch, input_patch, sublayer_patch) = match options.patch {
+            Some(PatchSite::Head { head, value }) => (Some((head, value)), None, None),
+            Some(PatchSite::HeadInput {
+                heads,
+                input,
+                delta,
+            }) => (None, Some((heads, input, delta)), None),
+            other => (None, None, other),
         };
         let plain = !self.rope
             && !self.qk_norm
@@ -243,6 +314,7 @@ impl Block {
             && options.head_mask.is_none()
             && options.head_bias.is_none()
             && head_patch.is_none()
+            && input_patch.is_none()
             && !options.return_weights
             && !options.return_head_outputs;
         let sublayers = options.return_sublayers;
@@ -252,7 +324,18 @@ impl Block {
             out.max_score = max_score;
             return out;
         }
-        let qkv = self.position(self.attn.project(h), offset);
+        let mut qkv = self.attn.project(h);
+        if let Some((heads, input, delta)) = input_patch {
+            let stream = x.clone() + delta;
+            let stream = if pre {
+                norm(&self.ln_1, stream)
+            } else {
+                stream
+            };
+            let patched = self.attn.project(stream);
+            qkv = patch_head_input(qkv, patched, &heads, input, self.attn.n_heads);
+        }
+        let qkv = self.position(qkv, offset);
         let (k, v) = match cache {
             Some(slot) => {
                 let (k, v) = match slot.take() {

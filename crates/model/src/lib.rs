@@ -18,7 +18,9 @@ pub mod generate;
 pub mod gpt;
 pub mod io;
 
-pub use block::{Block, BlockOptions, BlockOutput, LayerCache, Mlp, PatchSite, patch_position};
+pub use block::{
+    Block, BlockOptions, BlockOutput, HeadInput, LayerCache, Mlp, PatchSite, patch_position,
+};
 pub use config::{Activation, Gelu, GptConfig, GptConfigError, Norm, Positional};
 pub use generate::{Decoder, GenerateError, Sampling};
 pub use gpt::{ForwardOptions, Gpt, GptOutput, KvCache, cross_entropy, sinusoidal_encoding};
