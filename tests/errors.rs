@@ -595,6 +595,48 @@ fn misplaced_options_and_paths_say_what_to_use_instead() {
     );
 }
 
+/// `lab grokking`'s modulus must be a prime its vocabulary can hold, and its other settings
+/// in range; each is refused by name before anything is written or, under --force, removed.
+#[test]
+fn grokking_settings_are_checked_before_anything_is_removed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::create_dir(dir.join("keep")).unwrap();
+    std::fs::write(dir.join("keep/notes.txt"), "mine").unwrap();
+    let grok = |extra: &[&'static str]| {
+        let mut args = vec!["lab", "grokking", "--out", "keep", "--force"];
+        args.extend_from_slice(extra);
+        args
+    };
+    fails(
+        dir,
+        &grok(&["--p", "91"]),
+        &["p = 91 is not prime (7 x 13)", "such as 53"],
+    );
+    fails(dir, &grok(&["--p", "401"]), &["p = 401 is outside 3..=211"]);
+    fails(dir, &grok(&["--p", "2"]), &["p = 2 is outside 3..=211"]);
+    fails(
+        dir,
+        &grok(&["--fraction", "1"]),
+        &["train fraction 1 must be in (0, 1)"],
+    );
+    fails(
+        dir,
+        &grok(&["--steps", "0"]),
+        &["--steps 0 must be at least 1"],
+    );
+    fails(
+        dir,
+        &grok(&["--lr", "-1"]),
+        &["--lr -1 must be a positive number"],
+    );
+    fails(
+        dir,
+        &grok(&["--weight-decay", "NaN"]),
+        &["--weight-decay NaN must be 0 or more"],
+    );
+}
+
 #[test]
 fn export_errors_name_the_key_or_folder_and_write_nothing() {
     let tmp = tempfile::tempdir().unwrap();

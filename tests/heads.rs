@@ -287,6 +287,89 @@ fn heads_work_on_a_bpe_run_and_label_tokens_with_visible_whitespace() {
     }
 }
 
+/// A reduced `lab grokking` (p = 31, 70% of the pairs, 800 steps at lr 3e-3) still groks:
+/// it starts at chance, fits its training pairs, and only several times as many steps later
+/// the held-out ones, with an embedding whose norm sits in a few frequencies. The summary's
+/// steps are read back from grokking.csv.
+#[test]
+fn a_reduced_lab_grokking_memorises_then_generalises() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "lab",
+        "grokking",
+        "--out",
+        "g",
+        "--p",
+        "31",
+        "--fraction",
+        "0.7",
+        "--steps",
+        "800",
+        "--lr",
+        "3e-3",
+    ];
+    ok(&headlab(&args, dir.path()));
+    let out = dir.path().join("g");
+    let csv = std::fs::read_to_string(out.join("grokking.csv")).unwrap();
+    let rows: Vec<Vec<f64>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').map(|x| x.parse().unwrap()).collect())
+        .collect();
+    // step, train_loss, train_acc, test_loss, test_acc
+    let first = &rows[0];
+    assert_eq!(first[0], 0.0);
+    // 32 tokens (0..31 and "="): a fresh model is near log(32) nats and near 1/31 right.
+    assert!((first[1] - 32f64.ln()).abs() < 0.3, "{first:?}");
+    assert!(first[2] < 0.15 && first[4] < 0.15, "{first:?}");
+    let at = |col: usize, level: f64| rows.iter().find(|r| r[col] >= level).map(|r| r[0] as usize);
+    let memorised = at(2, 0.99).expect("never memorised");
+    let generalised = at(4, 0.95).expect("never generalised");
+    assert!(
+        generalised >= 3 * memorised,
+        "memorised {memorised}, generalised {generalised}"
+    );
+    assert_eq!(rows.last().unwrap()[0], 800.0);
+    let summary = std::fs::read_to_string(out.join("summary.md")).unwrap();
+    for part in [
+        "673 pairs trained on, 288 held out".to_string(),
+        format!("**memorised** (train accuracy >= 99%): step {memorised}\n"),
+        format!("**generalised** (test accuracy >= 95%): step {generalised}\n"),
+        "The model grokked".to_string(),
+        "Reproduce: `headlab lab grokking --out g --p 31".to_string(),
+    ] {
+        assert!(summary.contains(&part), "{part:?} missing from:\n{summary}");
+    }
+    let fourier = std::fs::read_to_string(out.join("fourier.csv")).unwrap();
+    let mut shares: Vec<(usize, f64)> = fourier
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let (k, s) = l.split_once(',').unwrap();
+            (k.parse().unwrap(), s.parse().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        shares.iter().map(|s| s.0).collect::<Vec<_>>(),
+        (1..=15).collect::<Vec<_>>()
+    );
+    let total: f64 = shares.iter().map(|s| s.1).sum();
+    assert!((total - 1.0).abs() < 1e-4, "{total}");
+    shares.sort_by(|a, b| b.1.total_cmp(&a.1));
+    // Spread evenly, two of 15 frequencies would hold 13%.
+    assert!(shares[0].1 + shares[1].1 > 0.5, "{shares:?}");
+    assert!(
+        summary.contains(&format!("`fourier.csv`): {} (", shares[0].0)),
+        "{summary}"
+    );
+    for png in ["grokking.png", "loss.png", "fourier.png"] {
+        assert!(
+            std::fs::metadata(out.join(png)).unwrap().len() > 1000,
+            "{png}"
+        );
+    }
+}
+
 /// The reduced `lab induction` (600 of its 2000 steps, seed 1337) forms the circuit: a
 /// second-layer head with induction score above 0.5 and a first-layer previous-token head
 /// above 0.5, and the loss on the repeated half falls below half its starting value.

@@ -16,6 +16,7 @@ pub mod config;
 pub mod corpus;
 pub mod dataset;
 pub mod ids;
+pub mod modular;
 pub mod syntax;
 pub mod tokenizer;
 

@@ -10,11 +10,15 @@
 //!   random initialisation, let gradients pull them apart.
 //! - [`ambiguity`]: on the `attach` corpus, where "with" and "and" look when what "with"
 //!   attaches to decides the last verb's number.
+//! - [`grokking`]: a 1-layer model on a + b mod p memorises its training pairs, then
+//!   generalises long after under weight decay, its embedding turning to a few Fourier
+//!   frequencies (Power et al. 2022; Nanda et al. 2023).
 //!
 //! Analysis comes from `headlab-heads`, drawing from `headlab-report`; the training runs from
 //! `headlab-train`, with observers (head tracking, plots) the caller supplies.
 
 pub mod ambiguity;
+pub mod grokking;
 pub mod head_count;
 pub mod induction;
 pub mod symmetry;
@@ -77,6 +81,22 @@ pub enum LabError {
     /// The causal test of a lab's circuit.
     #[error(transparent)]
     Patch(#[from] headlab_heads::PatchError),
+    /// `lab grokking`'s modulus or split.
+    #[error(transparent)]
+    Modular(#[from] headlab_data::modular::ModularError),
+    /// A model its settings cannot build.
+    #[error(transparent)]
+    Model(headlab_model::GptConfigError),
+    /// A `lab grokking` flag out of its range.
+    #[error("{flag} {value} {why}")]
+    Setting {
+        /// The flag, e.g. `--lr`.
+        flag: &'static str,
+        /// What was given.
+        value: String,
+        /// What it must be.
+        why: &'static str,
+    },
     /// The path patching of a lab's circuit.
     #[error(transparent)]
     Path(#[from] headlab_heads::PathError),
