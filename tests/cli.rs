@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::sync::LazyLock;
 
-use crate::common::{headlab, headlab_env, ok, tiny};
+use crate::common::{headlab, headlab_env, ok, tiny, trained_on};
 
 /// The tests' tiny model (tests/common) with this file's schedule and data.
 static TINY: LazyLock<Vec<&str>> = LazyLock::new(|| {
@@ -350,75 +350,6 @@ fn resume_moves_a_run_to_another_backend() {
     assert!(config.contains("backend = \"ndarray\""), "{config}");
     // Each checkpoint names the backend its weights were trained on.
     assert_eq!(trained_on(&dir.path().join("run/last")).0, "ndarray");
-}
-
-/// The backend and adapter a checkpoint's manifest records.
-fn trained_on(checkpoint: &Path) -> (String, Option<String>) {
-    let text = std::fs::read_to_string(checkpoint.join("manifest.json")).unwrap();
-    let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let on = &manifest["trained_on"];
-    let backend = on["backend"].as_str().unwrap_or_else(|| panic!("{text}"));
-    (
-        backend.to_string(),
-        on["adapter"].as_str().map(String::from),
-    )
-}
-
-/// A wgpu run records the adapter it trained on, where `compare` already does.
-#[test]
-fn a_wgpu_run_names_its_adapter() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut args = vec!["train", "--out", "run"];
-    args.extend_from_slice(&TINY);
-    let short = ["train.max_iters=2", "train.eval_iters=1"];
-    args.extend(["--backend", "wgpu", "--set", short[0], "--set", short[1]]);
-    let out = headlab(&args, dir.path());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let required = std::env::var("HEADLAB_REQUIRE_WGPU").is_ok_and(|v| v == "1");
-    if !out.status.success() && stderr.contains("no working GPU adapter") && !required {
-        eprintln!("skipped: no wgpu adapter");
-        return;
-    }
-    ok(&out);
-    let (backend, adapter) = trained_on(&dir.path().join("run/last"));
-    assert_eq!(backend, "wgpu");
-    let adapter = adapter.expect("a wgpu checkpoint names its adapter");
-    assert!(!adapter.trim().is_empty());
-    assert!(
-        stderr.contains(&format!("wgpu: adapter {adapter}")),
-        "{stderr}"
-    );
-
-    // Its weights export where no Vulkan adapter exists: export reads them on flex.
-    let hidden = [
-        ("VK_DRIVER_FILES", "/nonexistent/icd.json"),
-        ("VK_ICD_FILENAMES", "/nonexistent/icd.json"),
-    ];
-    let out = headlab_env(&["export", "hf", "run", "--out", "hf"], dir.path(), &hidden);
-    ok(&out);
-    assert!(dir.path().join("hf/model.safetensors").is_file());
-    if cfg!(target_os = "linux") {
-        // The same export asked to read on wgpu finds no adapter: Vulkan really is hidden.
-        let out = headlab_env(
-            &[
-                "export",
-                "hf",
-                "run",
-                "--out",
-                "hf-wgpu",
-                "--backend",
-                "wgpu",
-            ],
-            dir.path(),
-            &hidden,
-        );
-        assert_eq!(
-            out.status.code(),
-            Some(2),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
 }
 
 /// stderr of a command that must succeed.

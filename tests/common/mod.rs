@@ -53,7 +53,11 @@ pub fn headlab(args: &[&str], cwd: &Path) -> Output {
     headlab_env(args, cwd, &[])
 }
 
-/// [`headlab`] with extra environment variables.
+/// An environment value that removes the variable from headlab's environment instead.
+#[allow(dead_code)]
+pub const UNSET: &str = "\0unset";
+
+/// [`headlab`] with extra environment variables ([`UNSET`] removes one).
 #[allow(dead_code)]
 pub fn headlab_env(args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Output {
     headlab_within(args, cwd, env, Duration::from_secs(20 * 60))
@@ -65,8 +69,12 @@ pub fn headlab_env(args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Output {
 pub fn headlab_within(args: &[&str], cwd: &Path, env: &[(&str, &str)], limit: Duration) -> Output {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_headlab"));
     cmd.args(args).current_dir(cwd).env("XDG_RUNTIME_DIR", cwd);
-    for (k, v) in env {
-        cmd.env(k, v);
+    for &(k, v) in env {
+        if v == UNSET {
+            cmd.env_remove(k);
+        } else {
+            cmd.env(k, v);
+        }
     }
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -174,5 +182,18 @@ pub fn render_at(
     (
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The backend and adapter a checkpoint's manifest records.
+#[allow(dead_code)]
+pub fn trained_on(checkpoint: &Path) -> (String, Option<String>) {
+    let text = std::fs::read_to_string(checkpoint.join("manifest.json")).unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let on = &manifest["trained_on"];
+    let backend = on["backend"].as_str().unwrap_or_else(|| panic!("{text}"));
+    (
+        backend.to_string(),
+        on["adapter"].as_str().map(String::from),
     )
 }

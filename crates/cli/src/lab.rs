@@ -96,7 +96,8 @@ pub enum LabName {
     #[command(long_about = "Symmetry breaking.\n\n\
         Trains a small attention-only model (2 layers x 2 heads, d_model 64, RoPE, block 64) \
         on the built-in grammar corpus for 800 steps of batch 32 from one seed six ways: every \
-        head of a layer starting identical (on flex and on ndarray), identical plus a \
+        head of a layer starting identical (on flex and on ndarray, or flex on Burn's own ops \
+        in a build without ndarray), identical plus a \
         perturbation of size 1e-6, 1e-4 and 1e-2 on one head, and the usual random start \
         (configs/lab-symmetry.toml). Every head's weights are checked against head 0's, bit \
         for bit, every 25 steps, and each model's final val loss is set against chance. \

@@ -333,7 +333,7 @@ fn run_backend(
     };
     measured.losses = losses.iter().take(TRUTH_STEPS).copied().collect();
     Ok(Run {
-        adapter: device.identity().map(|i| i.name),
+        adapter: headlab_kernels::adapter_name(&device),
         measured,
         logits,
         losses,
@@ -529,7 +529,7 @@ fn run_candidate(
         }
     };
     eprintln!("compare: {name}: {steps} steps");
-    if device.identity().is_some() {
+    if headlab_kernels::adapter_name(&device).is_some() {
         eprintln!(
             "compare: {name}: the first step compiles and tunes its kernels (seconds on a GPU, minutes on a CPU adapter)"
         );
@@ -829,7 +829,7 @@ mod tests {
             ),
             candidate("flex", Ok(Device::flex()), true),
             candidate("flex-burn", Ok(Device::flex()), false),
-            candidate("ndarray", Ok(Device::ndarray()), true),
+            candidate("ndarray", BackendKind::Ndarray.device(), true),
         ];
         let comparison = Comparison {
             config,

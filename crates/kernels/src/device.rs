@@ -2,15 +2,20 @@
 //! Everything above this crate takes a `burn::tensor::Device` that [`BackendKind::device`]
 //! gave it.
 //!
-//! wgpu needs care: cubecl panics on a machine without a usable adapter, and some adapters lack
-//! what training needs (atomic float adds, used by the gradient of an embedding lookup), so
-//! every candidate is tried on a small forward and backward first ([`wgpu_device`]).
+//! ndarray and wgpu are cargo features of their own names, off in `cargo run`'s first build and
+//! on in the test build: a build without one still knows its name and says how to build it in
+//! ([`BackendError::NotBuilt`]). wgpu, where it is built in, needs care: cubecl panics on a machine without a usable adapter, and some
+//! adapters lack what training needs (atomic float adds, used by the gradient of an embedding
+//! lookup), so every candidate is tried on a small forward and backward first ([`wgpu_device`]).
 
 use std::fmt;
 use std::str::FromStr;
 
+use burn::tensor::Device;
+#[cfg(feature = "wgpu")]
 use burn::tensor::wgpu::WgpuBackend;
-use burn::tensor::{Device, DeviceKind, Int, Tensor, TensorData};
+#[cfg(feature = "wgpu")]
+use burn::tensor::{DeviceKind, Int, Tensor, TensorData};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -53,7 +58,17 @@ pub enum BackendError {
          CPU adapter) or choose --backend flex"
     )]
     NoAdapter(String),
+    /// This binary was built without the backend's cargo feature.
+    #[error(
+        "this headlab was built without the {0} backend (a cargo feature, left out of `cargo \
+         run` to keep the first build short): build it in with `cargo run --release --features \
+         {0} -- ...` (a few minutes), or choose --backend flex"
+    )]
+    NotBuilt(BackendKind),
 }
+
+/// Whether this binary has Burn's wgpu backend (the `wgpu` cargo feature).
+pub const WGPU_BUILT: bool = cfg!(feature = "wgpu");
 
 impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -83,12 +98,20 @@ impl FromStr for BackendKind {
 impl BackendKind {
     /// The device for this backend, checked to work. Inference devices have no autodiff; add
     /// it with `.autodiff()` for training.
-    #[allow(deprecated)]
     pub fn device(self) -> Result<Device, BackendError> {
         match self {
-            BackendKind::Ndarray => Ok(Device::ndarray()),
+            BackendKind::Ndarray => ndarray_device(),
             BackendKind::Flex | BackendKind::FlexBurn => Ok(Device::flex()),
             BackendKind::Wgpu => wgpu_device_checked(),
+        }
+    }
+
+    /// Whether this binary has the backend (ndarray and wgpu are cargo features).
+    pub fn built(self) -> bool {
+        match self {
+            BackendKind::Ndarray => cfg!(feature = "ndarray"),
+            BackendKind::Flex | BackendKind::FlexBurn => true,
+            BackendKind::Wgpu => WGPU_BUILT,
         }
     }
 
@@ -99,7 +122,21 @@ impl BackendKind {
     }
 }
 
+#[cfg(feature = "ndarray")]
+#[allow(deprecated)]
+fn ndarray_device() -> Result<Device, BackendError> {
+    Ok(Device::ndarray())
+}
+
+#[cfg(not(feature = "ndarray"))]
+fn ndarray_device() -> Result<Device, BackendError> {
+    Err(BackendError::NotBuilt(BackendKind::Ndarray))
+}
+
 fn wgpu_device_checked() -> Result<Device, BackendError> {
+    if !WGPU_BUILT {
+        return Err(BackendError::NotBuilt(BackendKind::Wgpu));
+    }
     wgpu_device().map_err(|e| BackendError::NoAdapter(e.0))
 }
 
@@ -119,12 +156,24 @@ pub fn on_compute_pool<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     rayon::scope(|_| f())
 }
 
+/// The adapter a device runs on, where its backend names one (wgpu on lavapipe: `llvmpipe
+/// (LLVM 15.0.6, 256 bits)`); `None` for the CPU backends. Opens the device.
+pub fn adapter_name(device: &Device) -> Option<String> {
+    #[cfg(feature = "wgpu")]
+    return device.identity().map(|identity| identity.name);
+    #[cfg(not(feature = "wgpu"))]
+    {
+        let _ = device;
+        None
+    }
+}
+
 /// The graphics APIs tried, best first. Never OpenGL, which `Device::wgpu` falls back to when
 /// Vulkan is missing: it has no float atomics, and on Mesa (llvmpipe over EGL) cubecl's first
 /// kernel hung there instead of failing.
-#[cfg(target_os = "macos")]
+#[cfg(all(feature = "wgpu", target_os = "macos"))]
 const APIS: [WgpuBackend; 1] = [WgpuBackend::Metal];
-#[cfg(not(target_os = "macos"))]
+#[cfg(all(feature = "wgpu", not(target_os = "macos")))]
 const APIS: [WgpuBackend; 2] = [WgpuBackend::Vulkan, WgpuBackend::Dx12];
 
 /// Why wgpu gave no device, in wgpu's or cubecl's words.
@@ -134,7 +183,8 @@ pub struct NoWgpuAdapter(pub String);
 
 /// A wgpu device whose adapter runs what headlab runs: the default adapter (a GPU where there
 /// is one), else a CPU adapter such as Mesa's lavapipe, on the first of [`APIS`] that has one.
-/// The probe runs once per process.
+/// The probe runs once per process. Without the `wgpu` feature there is none: the error is
+/// [`BackendError::NotBuilt`]'s.
 pub fn wgpu_device() -> Result<Device, NoWgpuAdapter> {
     static PROBED: std::sync::OnceLock<Result<Device, NoWgpuAdapter>> = std::sync::OnceLock::new();
     PROBED
@@ -142,6 +192,12 @@ pub fn wgpu_device() -> Result<Device, NoWgpuAdapter> {
         .clone()
 }
 
+#[cfg(not(feature = "wgpu"))]
+fn probe_wgpu() -> Result<Device, String> {
+    Err(BackendError::NotBuilt(BackendKind::Wgpu).to_string())
+}
+
+#[cfg(feature = "wgpu")]
 fn probe_wgpu() -> Result<Device, String> {
     let previous = std::panic::take_hook();
     let messages = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
@@ -205,6 +261,7 @@ fn probe_wgpu() -> Result<Device, String> {
 
 /// A sum, and the gradient of a repeated row lookup (two rows add into one: a scatter-add of
 /// floats), computed right.
+#[cfg(feature = "wgpu")]
 fn works(device: &Device) -> bool {
     let sum: f32 = Tensor::<1>::ones([4], device).sum().into_scalar();
     let train = device.clone().autodiff();
@@ -225,6 +282,16 @@ fn works(device: &Device) -> bool {
 /// Without an adapter when `HEADLAB_REQUIRE_WGPU=1`.
 pub fn wgpu_for_tests() -> Option<Device> {
     let required = std::env::var("HEADLAB_REQUIRE_WGPU").is_ok_and(|v| v == "1");
+    if !WGPU_BUILT {
+        assert!(
+            !required,
+            "HEADLAB_REQUIRE_WGPU=1 but this test binary was built without the wgpu feature: run \
+             the workspace's tests (`cargo test --release --workspace`) or add `--features \
+             headlab-kernels/wgpu`"
+        );
+        eprintln!("skipped: built without the wgpu feature");
+        return None;
+    }
     match wgpu_device() {
         Ok(device) => Some(device),
         Err(why) if required => panic!(
@@ -255,5 +322,29 @@ mod tests {
             err,
             "unknown backend \"cuda\": choose one of flex, flex-burn, ndarray, wgpu"
         );
+    }
+
+    /// A binary without a backend names the cargo feature that builds it in, and that
+    /// feature is one this crate's manifest declares (a renamed feature fails here).
+    #[test]
+    fn a_backend_left_out_names_the_feature_that_builds_it_in() {
+        let manifest = include_str!("../Cargo.toml");
+        let features = manifest
+            .split("[features]")
+            .nth(1)
+            .expect("a [features] table");
+        for b in [BackendKind::Wgpu, BackendKind::Ndarray] {
+            let feature = features
+                .lines()
+                .map(|l| l.split('=').next().unwrap_or("").trim())
+                .find(|name| *name == b.to_string())
+                .unwrap_or_else(|| panic!("no `{b}` feature in crates/kernels/Cargo.toml"));
+            let err = BackendError::NotBuilt(b).to_string();
+            let fix = format!("cargo run --release --features {feature} -- ");
+            assert!(err.contains(&fix), "{err}");
+            assert!(err.contains("--backend flex"), "{err}");
+        }
+        // flex and flex-burn are always there: they are what `cargo run` builds.
+        assert!(BackendKind::Flex.built() && BackendKind::FlexBurn.built());
     }
 }

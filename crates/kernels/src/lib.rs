@@ -46,8 +46,8 @@ use burn::tensor::{DType, Tensor};
 
 pub use adamw::AdamWStep;
 pub use device::{
-    BACKENDS, BackendError, BackendKind, NoWgpuAdapter, on_compute_pool, wgpu_device,
-    wgpu_for_tests,
+    BACKENDS, BackendError, BackendKind, NoWgpuAdapter, WGPU_BUILT, adapter_name, on_compute_pool,
+    wgpu_device, wgpu_for_tests,
 };
 pub use ops::KernelBackend;
 pub use toggle::{Mutation, kernels_enabled, with_kernels};
@@ -66,10 +66,13 @@ pub fn to_host<E: burn::tensor::Element, const D: usize>(t: Tensor<D>) -> Vec<E>
 /// Whether the kernels run on this tensor: f32 on `flex` or `ndarray`, with the kernels not
 /// switched off on this thread ([`with_kernels`]).
 pub fn runs_on<const D: usize>(x: &Tensor<D>) -> bool {
-    let cpu = matches!(
-        x.device().inner().as_dispatch(),
-        DispatchDevice::Flex(_) | DispatchDevice::NdArray(_)
-    );
+    let cpu = match x.device().inner().as_dispatch() {
+        DispatchDevice::Flex(_) => true,
+        #[cfg(feature = "ndarray")]
+        DispatchDevice::NdArray(_) => true,
+        #[allow(unreachable_patterns)] // Without ndarray and wgpu, flex is the only device.
+        _ => false,
+    };
     cpu && x.dtype() == DType::F32 && kernels_enabled()
 }
 

@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "ndarray")]
+use burn::backend::NdArray;
 use burn::backend::autodiff::{
     Autodiff, NodeId,
     checkpoint::{base::Checkpointer, strategy::CheckpointStrategy},
@@ -13,11 +15,15 @@ use burn::backend::autodiff::{
     ops::{Backward, Ops, OpsKind},
 };
 use burn::backend::flex::{FlexTensor, Layout};
+#[cfg(feature = "ndarray")]
 use burn::backend::ndarray::NdArrayTensor;
+#[cfg(feature = "ndarray")]
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::tensor::FloatTensor;
-use burn::backend::{Backend, Flex, NdArray, TensorMetadata, backend_extension};
-use burn::tensor::{Bytes, DType, Shape, TensorData};
+use burn::backend::{Backend, Flex, TensorMetadata, backend_extension};
+#[cfg(feature = "ndarray")]
+use burn::tensor::TensorData;
+use burn::tensor::{Bytes, DType, Shape};
 
 use crate::adamw::AdamWStep;
 use crate::flash::{self, Dims, HeadLayout};
@@ -25,7 +31,8 @@ use crate::{gelu, layer_norm, linear};
 
 /// headlab's ops, each one node of Burn's graph with a hand-written backward. Listed
 /// backends only: the wrappers in the crate root check [`crate::runs_on`] first.
-#[backend_extension(Flex, NdArray, Autodiff)]
+#[cfg_attr(feature = "ndarray", backend_extension(Flex, NdArray, Autodiff))]
+#[cfg_attr(not(feature = "ndarray"), backend_extension(Flex, Autodiff))]
 pub trait KernelBackend: Backend {
     /// `softmax(q k^T / sqrt(d_k) + causal mask) v` for `q [b, h, t_q, d_k]`,
     /// `k, v [b, h, t_k, d_k]`, or `[b, t, h, d_k]` each with `heads_last`.
@@ -121,6 +128,7 @@ impl HostAccess for Flex {
     }
 }
 
+#[cfg(feature = "ndarray")]
 impl HostAccess for NdArray {
     fn to_host(t: FloatTensor<Self>) -> HostData {
         let NdArrayTensor::F32(storage) = t else {
@@ -194,6 +202,7 @@ macro_rules! host_backend {
 }
 
 host_backend!(Flex);
+#[cfg(feature = "ndarray")]
 host_backend!(NdArray);
 
 impl<B: HostAccess, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {

@@ -17,7 +17,7 @@ use burn::module::Param;
 use burn::nn::Linear;
 use burn::tensor::{Device, Tensor, TensorData};
 use headlab_heads::{HISTORY_FILE, HeadHistory};
-use headlab_kernels::to_host;
+use headlab_kernels::{BackendKind, to_host};
 use headlab_model::Gpt;
 use headlab_report::ReportError;
 use headlab_train::config::RunConfig;
@@ -282,8 +282,16 @@ pub fn symmetry(
     observers: Observers<'_>,
 ) -> Result<SymmetryLab, LabError> {
     let started = Instant::now();
+    // The second CPU implementation: ndarray where this build has it (a cargo feature), else
+    // flex on Burn's own ops, which shares no kernel with headlab's.
+    let second = if BackendKind::Ndarray.built() {
+        BackendKind::Ndarray
+    } else {
+        BackendKind::FlexBurn
+    }
+    .to_string();
     let mut starts: Vec<(Start, &str)> =
-        vec![(Start::Identical, "flex"), (Start::Identical, "ndarray")];
+        vec![(Start::Identical, "flex"), (Start::Identical, &second)];
     starts.extend(EPSILONS.iter().map(|&e| (Start::Perturbed(e), "flex")));
     starts.push((Start::Random, "flex"));
     let mut runs = Vec::new();

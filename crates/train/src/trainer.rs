@@ -427,7 +427,7 @@ fn train_resolved(
     announce(&model, &run, backend, &device, &dataset, resuming);
     let trained_on = TrainedOn {
         backend: backend.to_string(),
-        adapter: device.identity().map(|i| i.name),
+        adapter: headlab_kernels::adapter_name(&device),
     };
     let mut lp = Loop {
         trained_on,
@@ -539,8 +539,8 @@ fn announce(
         dataset.len(Split::Val),
         dataset.tokenizer().vocab_size(),
     );
-    if let Some(identity) = device.identity() {
-        eprintln!("{backend}: adapter {}", identity.name);
+    if let Some(adapter) = headlab_kernels::adapter_name(device) {
+        eprintln!("{backend}: adapter {adapter}");
     }
     if backend == BackendKind::Wgpu && !resuming {
         eprintln!("wgpu: the first step compiles and tunes its kernels (seconds to a minute)");
