@@ -529,7 +529,7 @@ fn bench() {
                 );
             }
             Err(why) => {
-                eprintln!("bench: no wgpu adapter: {why}");
+                eprintln!("bench: {why}");
                 std::process::exit(3);
             }
         }

@@ -2,11 +2,12 @@
 //! Everything above this crate takes a `burn::tensor::Device` that [`BackendKind::device`]
 //! gave it.
 //!
-//! ndarray and wgpu are cargo features of their own names, off in `cargo run`'s first build and
-//! on in the test build: a build without one still knows its name and says how to build it in
-//! ([`BackendError::NotBuilt`]). wgpu, where it is built in, needs care: cubecl panics on a machine without a usable adapter, and some
-//! adapters lack what training needs (atomic float adds, used by the gradient of an embedding
-//! lookup), so every candidate is tried on a small forward and backward first ([`wgpu_device`]).
+//! ndarray and wgpu are cargo features of their own names, off in `cargo run`'s first build
+//! and on in the test build: a build without one still knows its name and says how to build
+//! it in ([`BackendError::NotBuilt`]). wgpu, where it is built in, needs care: cubecl panics
+//! on a machine without a usable adapter, and some adapters lack what training needs (atomic
+//! float adds, used by the gradient of an embedding lookup), so every candidate is tried on a
+//! small forward and backward first ([`wgpu_device`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -69,6 +70,8 @@ pub enum BackendError {
 
 /// Whether this binary has Burn's wgpu backend (the `wgpu` cargo feature).
 pub const WGPU_BUILT: bool = cfg!(feature = "wgpu");
+/// Whether this binary has Burn's ndarray backend (the `ndarray` cargo feature).
+pub const NDARRAY_BUILT: bool = cfg!(feature = "ndarray");
 
 impl fmt::Display for BackendKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -102,14 +105,14 @@ impl BackendKind {
         match self {
             BackendKind::Ndarray => ndarray_device(),
             BackendKind::Flex | BackendKind::FlexBurn => Ok(Device::flex()),
-            BackendKind::Wgpu => wgpu_device_checked(),
+            BackendKind::Wgpu => wgpu_device(),
         }
     }
 
     /// Whether this binary has the backend (ndarray and wgpu are cargo features).
     pub fn built(self) -> bool {
         match self {
-            BackendKind::Ndarray => cfg!(feature = "ndarray"),
+            BackendKind::Ndarray => NDARRAY_BUILT,
             BackendKind::Flex | BackendKind::FlexBurn => true,
             BackendKind::Wgpu => WGPU_BUILT,
         }
@@ -131,13 +134,6 @@ fn ndarray_device() -> Result<Device, BackendError> {
 #[cfg(not(feature = "ndarray"))]
 fn ndarray_device() -> Result<Device, BackendError> {
     Err(BackendError::NotBuilt(BackendKind::Ndarray))
-}
-
-fn wgpu_device_checked() -> Result<Device, BackendError> {
-    if !WGPU_BUILT {
-        return Err(BackendError::NotBuilt(BackendKind::Wgpu));
-    }
-    wgpu_device().map_err(|e| BackendError::NoAdapter(e.0))
 }
 
 /// Stack of rayon's worker threads: `f` in [`on_compute_pool`] runs on one of them, and
@@ -176,25 +172,22 @@ const APIS: [WgpuBackend; 1] = [WgpuBackend::Metal];
 #[cfg(all(feature = "wgpu", not(target_os = "macos")))]
 const APIS: [WgpuBackend; 2] = [WgpuBackend::Vulkan, WgpuBackend::Dx12];
 
-/// Why wgpu gave no device, in wgpu's or cubecl's words.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct NoWgpuAdapter(pub String);
-
 /// A wgpu device whose adapter runs what headlab runs: the default adapter (a GPU where there
 /// is one), else a CPU adapter such as Mesa's lavapipe, on the first of [`APIS`] that has one.
-/// The probe runs once per process. Without the `wgpu` feature there is none: the error is
-/// [`BackendError::NotBuilt`]'s.
-pub fn wgpu_device() -> Result<Device, NoWgpuAdapter> {
-    static PROBED: std::sync::OnceLock<Result<Device, NoWgpuAdapter>> = std::sync::OnceLock::new();
-    PROBED
-        .get_or_init(|| probe_wgpu().map_err(NoWgpuAdapter))
-        .clone()
-}
-
-#[cfg(not(feature = "wgpu"))]
-fn probe_wgpu() -> Result<Device, String> {
-    Err(BackendError::NotBuilt(BackendKind::Wgpu).to_string())
+/// The probe runs once per process. Without the `wgpu` feature there is none
+/// ([`BackendError::NotBuilt`]); without an adapter, [`BackendError::NoAdapter`] says why in
+/// wgpu's or cubecl's words.
+pub fn wgpu_device() -> Result<Device, BackendError> {
+    #[cfg(feature = "wgpu")]
+    {
+        static PROBED: std::sync::OnceLock<Result<Device, String>> = std::sync::OnceLock::new();
+        PROBED
+            .get_or_init(probe_wgpu)
+            .clone()
+            .map_err(BackendError::NoAdapter)
+    }
+    #[cfg(not(feature = "wgpu"))]
+    Err(BackendError::NotBuilt(BackendKind::Wgpu))
 }
 
 #[cfg(feature = "wgpu")]
@@ -294,15 +287,9 @@ pub fn wgpu_for_tests() -> Option<Device> {
     }
     match wgpu_device() {
         Ok(device) => Some(device),
-        Err(why) if required => panic!(
-            "HEADLAB_REQUIRE_WGPU=1 but no wgpu adapter works ({why}): install a Vulkan \
-             driver (Debian: apt-get install mesa-vulkan-drivers)"
-        ),
+        Err(why) if required => panic!("HEADLAB_REQUIRE_WGPU=1 but {why}"),
         Err(why) => {
-            eprintln!(
-                "skipped: no wgpu adapter ({why}; install mesa-vulkan-drivers for lavapipe, or \
-                 set HEADLAB_REQUIRE_WGPU=1 to make this a failure)"
-            );
+            eprintln!("skipped: {why} (HEADLAB_REQUIRE_WGPU=1 makes this a failure)");
             None
         }
     }

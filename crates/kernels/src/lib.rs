@@ -46,7 +46,7 @@ use burn::tensor::{DType, Tensor};
 
 pub use adamw::AdamWStep;
 pub use device::{
-    BACKENDS, BackendError, BackendKind, NoWgpuAdapter, WGPU_BUILT, adapter_name, on_compute_pool,
+    BACKENDS, BackendError, BackendKind, NDARRAY_BUILT, WGPU_BUILT, adapter_name, on_compute_pool,
     wgpu_device, wgpu_for_tests,
 };
 pub use ops::KernelBackend;
