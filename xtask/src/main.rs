@@ -6,6 +6,7 @@ use std::process::Command;
 
 mod architecture;
 mod speedrun;
+mod stats;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};

@@ -10,7 +10,7 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use serde_json::{Value, json};
 
-use crate::{cargo, locked_version, root, run, torch_venv};
+use crate::{cargo, locked_version, root, run, stats, torch_venv};
 
 /// The speedrun's goal: val loss at most this (median over the seeds) ...
 pub const TARGET_LOSS: f64 = 1.60;
@@ -48,6 +48,9 @@ pub struct SpeedrunArgs {
     /// Where the record goes.
     #[arg(long, default_value = "bench/results")]
     results: PathBuf,
+    /// Train nothing: say whether headlab's and PyTorch's seeds in this record file differ.
+    #[arg(long, value_name = "RECORD")]
+    compare: Option<PathBuf>,
 }
 
 /// One seed's numbers from a run's result.json (or the PyTorch side's JSON).
@@ -60,14 +63,8 @@ struct Seed {
     flops: f64,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+fn median(v: Vec<f64>) -> f64 {
+    stats::median(&v)
 }
 
 /// `median (min-max)` of one column.
@@ -186,8 +183,77 @@ fn torch_seed(
     Ok((seed, r))
 }
 
+/// Whether the two sides differ, in one sentence per loss (issue 45: three seeds could not
+/// say); nothing with fewer than two seeds a side.
+fn compare(ours: &[Seed], theirs: &[Seed]) -> Vec<String> {
+    let mut said = Vec::new();
+    for (what, pick) in [
+        (
+            "val loss",
+            (|s: &Seed| Some(s.val)) as fn(&Seed) -> Option<f64>,
+        ),
+        ("whole val split", |s: &Seed| s.val_full),
+    ] {
+        let a: Vec<f64> = ours.iter().filter_map(pick).collect();
+        let b: Vec<f64> = theirs.iter().filter_map(pick).collect();
+        if a.len() >= 2 && b.len() >= 2 {
+            said.push(stats::verdict(what, &a, &b));
+        }
+    }
+    said
+}
+
+/// `--compare RECORD`: the sentences of [`compare`] for a record file's seeds.
+fn compare_record(path: &Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let json = text
+        .split("```json")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .with_context(|| {
+            format!(
+                "{}: no ```json block: not a speedrun record",
+                path.display()
+            )
+        })?;
+    let record: Value = serde_json::from_str(json)
+        .with_context(|| format!("{}: the json block does not parse", path.display()))?;
+    let seeds = |key: &str| -> Vec<Seed> {
+        record[key]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| {
+                        Some(Seed {
+                            seed: s["seed"].as_u64().unwrap_or(0),
+                            val: s["val_loss"].as_f64()?,
+                            val_full: s["val_full_loss"].as_f64(),
+                            train_s: s["train_s"].as_f64().unwrap_or(f64::NAN),
+                            flops: f64::NAN,
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let said = compare(&seeds("seeds"), &seeds("torch"));
+    if said.is_empty() {
+        bail!(
+            "{}: fewer than two seeds on a side: record it with `cargo xtask speedrun \
+             --with-torch --seeds 1337,1,2,...`",
+            path.display()
+        );
+    }
+    println!("{}", said.join("\n"));
+    Ok(())
+}
+
 /// Trains every seed (and PyTorch's side), prints the row, writes the record.
 pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
+    if let Some(record) = &args.compare {
+        return compare_record(record);
+    }
     let root = root();
     let seeds: Vec<u64> = args
         .seeds
@@ -257,6 +323,11 @@ pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
             row(&format!("PyTorch {version} ({mode}): {label}"), &theirs)
         );
     }
+    // Whether the two sides differ, seed for seed's spread (issue 45: three seeds could not say).
+    let comparison = compare(&ours, &theirs);
+    if !comparison.is_empty() {
+        table += &format!("\n\n{}", comparison.join("\n\n"));
+    }
     println!("{table}");
     let verdict = format!(
         "median val {val:.4} (goal <= {TARGET_LOSS}), {:.2} TFLOP (<= {:.0}), {train_s:.1} s of \
@@ -293,6 +364,7 @@ pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
         "burn": locked_version(&root, "burn"), "config": args.config, "set": args.set,
         "label": label, "seeds": per_seed, "median_val_loss": val, "max_compute_flops": flops,
         "median_train_s": train_s, "holds": holds, "torch": torch_json,
+        "comparison": comparison,
     });
     // The command as typed, an argument with a space quoted.
     let typed: Vec<String> = std::env::args()
