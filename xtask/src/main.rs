@@ -1,10 +1,10 @@
 //! `cargo xtask <task>`: project automation in Rust, so it runs wherever cargo does.
 
-use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 mod architecture;
+mod features;
 mod speedrun;
 mod stats;
 
@@ -32,10 +32,11 @@ enum Task {
     /// must give the text back and the loss on it must match `headlab eval`'s; then
     /// tools/check-export.py loads it by every usual route, which must agree.
     Interop(InteropArgs),
-    /// Checks that `cargo test --release --workspace` builds every dependency of `cargo run
-    /// --release -- train` with the same features, except Burn's dispatch layer, which the
-    /// test build's ndarray and wgpu backends change ([`BACKEND_CHANGES`]); and that `cargo
-    /// run --features wgpu,ndarray` resolves exactly as the test build. A difference is fixed in
+    /// Checks, on cargo's plans of both builds (units, not feature lists), that `cargo test
+    /// --release --workspace` compiles again nothing of `cargo run --release -- train` but
+    /// Burn's dispatch layer, which the test build's ndarray and wgpu backends change
+    /// ([`features::BACKEND_CHANGES`]), and what stands on it; and that `cargo run --features
+    /// wgpu,ndarray` plans the test build's units. A difference is fixed in
     /// crates/workspace-hack/Cargo.toml.
     Features,
     /// Checks that docs/architecture.md's crate diagram is the crate graph of `cargo metadata`
@@ -372,145 +373,6 @@ fn torch_venv() -> Result<PathBuf> {
     Ok(python)
 }
 
-/// Each dependency's feature lists as `cargo tree` resolves them for `args`, keyed by
-/// "name vVERSION": a crate built both for build scripts (the host) and for the target is
-/// listed once per feature set. headlab's own crates (path dependencies) are left out: their
-/// `test-hooks` feature is meant to differ.
-fn resolved_features(root: &Path, args: &[&str]) -> Result<BTreeMap<String, BTreeSet<String>>> {
-    let out = cargo()
-        .current_dir(root)
-        .args(["tree", "--locked", "--prefix", "none", "-f", "{p}|{f}"])
-        .args(args)
-        .output()
-        .context("running cargo tree")?;
-    if !out.status.success() {
-        bail!(
-            "cargo tree {} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let mut features: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for line in String::from_utf8_lossy(&out.stdout).lines() {
-        let Some((package, list)) = line.split_once('|') else {
-            continue;
-        };
-        let package = package.trim_end_matches(" (proc-macro)");
-        // A path or git dependency prints where it is: "headlab-model v0.2.0 (/work/...)".
-        if package.contains(" (") {
-            continue;
-        }
-        features
-            .entry(package.to_string())
-            .or_default()
-            .insert(list.trim_end_matches(" (*)").to_string());
-    }
-    Ok(features)
-}
-
-/// The crates whose features the `wgpu` and `ndarray` features must change: Burn's dispatch
-/// layer, where a backend is a variant of the device, and the crates that re-export it. They and the crates
-/// above them (burn-nn, burn-optim, burn-store, headlab's own) are all the test build builds
-/// again; everything below them (burn-backend, burn-flex, burn-ndarray, burn-autodiff, gemm,
-/// cubecl's core) is shared, which crates/workspace-hack arranges.
-const BACKEND_CHANGES: [&str; 4] = ["burn", "burn-core", "burn-dispatch", "burn-tensor"];
-
-/// The crates `a` builds that `b` builds with other features, one line each; `skip` names
-/// crates allowed to differ.
-fn differences(
-    a: &BTreeMap<String, BTreeSet<String>>,
-    a_name: &str,
-    b: &BTreeMap<String, BTreeSet<String>>,
-    b_name: &str,
-    skip: &[&str],
-) -> Vec<String> {
-    let show = |lists: &BTreeSet<String>| {
-        lists
-            .iter()
-            .map(|l| format!("[{l}]"))
-            .collect::<Vec<_>>()
-            .join(" and ")
-    };
-    a.iter()
-        .filter(|(package, _)| {
-            let name = package.split(' ').next().unwrap_or_default();
-            !skip.contains(&name)
-        })
-        .filter_map(|(package, features)| {
-            let other = b.get(package)?;
-            // A feature list only in `b` is a new unit (a host build of a crate for a proc-macro
-            // only `b` has): it rebuilds nothing. A list of `a` that `b` lacks was changed.
-            (!features.is_subset(other)).then(|| {
-                format!(
-                    "{package}: {} for {a_name}, {} for {b_name}",
-                    show(features),
-                    show(other)
-                )
-            })
-        })
-        .collect()
-}
-
-/// What would make the test build build again what `cargo run` built, or make `cargo run
-/// --features wgpu,ndarray` differ from the test build, one line each.
-fn feature_drift(root: &Path) -> Result<Vec<String>> {
-    let run = resolved_features(root, &["-p", "headlab", "-e", "normal,build"])?;
-    let run_wgpu = resolved_features(
-        root,
-        &[
-            "-p",
-            "headlab",
-            "--features",
-            "wgpu,ndarray",
-            "-e",
-            "normal,build",
-        ],
-    )?;
-    let test = resolved_features(root, &["--workspace", "-e", "normal,build,dev"])?;
-    if run.is_empty() {
-        bail!("cargo tree listed no dependency of the headlab binary");
-    }
-    let mut drift = differences(&run, "`cargo run`", &test, "`cargo test`", &BACKEND_CHANGES);
-    drift.extend(differences(
-        &run_wgpu,
-        "`cargo run --features wgpu,ndarray`",
-        &test,
-        "`cargo test`",
-        &[],
-    ));
-    // The exemption must stay true: each crate in it really is changed by the backends.
-    for name in BACKEND_CHANGES {
-        let same = run
-            .iter()
-            .filter(|(package, _)| package.split(' ').next() == Some(name))
-            .all(|(package, features)| test.get(package) == Some(features));
-        if same {
-            drift.push(format!(
-                "{name}: the same features in both builds, so BACKEND_CHANGES in xtask/src/main.rs \
-                 should not list it"
-            ));
-        }
-    }
-    Ok(drift)
-}
-
-fn features() -> Result<()> {
-    let drift = feature_drift(&root())?;
-    if drift.is_empty() {
-        println!(
-            "features: `cargo test` shares every dependency of `cargo run` but Burn's dispatch \
-             layer ({}), and `cargo run --features wgpu,ndarray` resolves as `cargo test`",
-            BACKEND_CHANGES.join(", ")
-        );
-        return Ok(());
-    }
-    bail!(
-        "these dependencies would be built twice, once for `cargo run` and once for `cargo \
-         test`:\n  {}\nadd the test build's features to crates/workspace-hack/Cargo.toml",
-        drift.join("\n  ")
-    )
-}
-
 fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Ci => {
@@ -528,7 +390,7 @@ fn main() -> Result<()> {
         }
         Task::Bench(args) => bench(args),
         Task::Interop(args) => interop(args),
-        Task::Features => features(),
+        Task::Features => features::features(),
         Task::Architecture { write } => architecture_task(write),
         Task::Speedrun(args) => speedrun::speedrun(args),
     }
@@ -554,22 +416,4 @@ fn architecture_task(write: bool) -> Result<()> {
     }
     println!("the crate diagram matches cargo metadata; no crate above 25% of the lines");
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The README's two commands share Burn's backends: a dev-dependency or bench-only crate
-    /// that turns on a feature of a shared crate fails here, before anyone waits for burn-flex
-    /// and burn-ndarray to compile a second time.
-    #[test]
-    fn run_and_test_resolve_dependencies_alike() {
-        let drift = feature_drift(&root()).unwrap();
-        assert!(
-            drift.is_empty(),
-            "add these to crates/workspace-hack/Cargo.toml:\n{}",
-            drift.join("\n")
-        );
-    }
 }
