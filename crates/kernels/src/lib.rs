@@ -36,6 +36,7 @@ mod gemm;
 pub mod layer_norm;
 pub mod linear;
 pub mod memory;
+pub mod muon;
 mod ops;
 mod simd;
 mod toggle;
@@ -248,6 +249,51 @@ pub fn linear<const D: usize>(
 /// A `burn::nn::Linear` layer's forward through [`linear`].
 pub fn linear_layer<const D: usize>(layer: &burn::nn::Linear, x: Tensor<D>) -> Tensor<D> {
     linear(x, layer.weight.val(), layer.bias.as_ref().map(|b| b.val()))
+}
+
+/// Muon's orthogonalised update of `g [m, n]`: `steps` steps of the Newton-Schulz quintic
+/// with coefficients `(a, b, c)` on `g / |g|_F`, about `g`'s polar factor `U V^T`. headlab's
+/// host kernel ([`muon::newton_schulz`], every product on its gemm) where the kernels run,
+/// [`newton_schulz_tensor_ops`] elsewhere.
+///
+/// # Shapes
+/// `[m, n] -> [m, n]`
+pub fn newton_schulz(g: Tensor<2>, steps: usize, coefficients: (f64, f64, f64)) -> Tensor<2> {
+    if !runs_on(&g) {
+        return newton_schulz_tensor_ops(g, steps, coefficients);
+    }
+    let [m, n] = g.dims();
+    let device = g.device();
+    let (a, b, c) = coefficients;
+    let x = muon::newton_schulz(
+        &to_host::<f32, 2>(g),
+        m,
+        n,
+        steps,
+        (a as f32, b as f32, c as f32),
+    );
+    Tensor::from_data(burn::tensor::TensorData::new(x, [m, n]), &device)
+}
+
+/// [`newton_schulz`] written with Burn's tensor ops, for the backends the kernel does not run
+/// on.
+pub fn newton_schulz_tensor_ops(
+    g: Tensor<2>,
+    steps: usize,
+    (a, b, c): (f64, f64, f64),
+) -> Tensor<2> {
+    let [m, n] = g.dims();
+    let tall = m > n;
+    // [m, n] -> [n, m] when tall: X X^T is then min(m, n) square.
+    let mut x = if tall { g.transpose() } else { g };
+    let norm = x.clone().square().sum().sqrt().add_scalar(1e-7);
+    x = x.div(norm.unsqueeze());
+    for _ in 0..steps {
+        let gram = x.clone().matmul(x.clone().transpose());
+        let poly = gram.clone().mul_scalar(b) + gram.clone().matmul(gram).mul_scalar(c);
+        x = x.clone().mul_scalar(a) + poly.matmul(x);
+    }
+    if tall { x.transpose() } else { x }
 }
 
 /// One AdamW update of a flat parameter `[n]` from its gradient and moments (`None` at the

@@ -10,7 +10,7 @@ const LINEAR_ROWS: usize = 32;
 
 /// Rows per rayon task for a `rows`-row product costing `work_per_row` each: one task when the
 /// product is too small to share, else one per thread.
-fn rows_per_task(rows: usize, work_per_row: usize) -> usize {
+pub(crate) fn rows_per_task(rows: usize, work_per_row: usize) -> usize {
     let threads = rayon::current_num_threads();
     if threads > 1 && rows * work_per_row >= 1 << 21 {
         rows.div_ceil(threads).max(LINEAR_ROWS)

@@ -58,25 +58,13 @@ pub fn is_muon_param(name: &str, rank: usize) -> bool {
 }
 
 /// The orthogonalised update of `g`: about its polar factor `U V^T` (`g = U S V^T`), by
-/// [`NEWTON_SCHULZ_STEPS`] steps of the quintic on `g / |g|_F` (transposed so the Gram matrix
-/// `X X^T` is the smaller side).
+/// [`NEWTON_SCHULZ_STEPS`] steps of the quintic on `g / |g|_F`, on headlab's gemm where the
+/// kernels run ([`headlab_kernels::newton_schulz`]).
 ///
 /// # Shapes
 /// `[m, n] -> [m, n]`
 pub fn newton_schulz(g: Tensor<2>) -> Tensor<2> {
-    let [m, n] = g.dims();
-    let tall = m > n;
-    // [m, n] -> [n, m] when tall: X X^T is then min(m, n) square.
-    let mut x = if tall { g.transpose() } else { g };
-    let norm = x.clone().square().sum().sqrt().add_scalar(1e-7);
-    x = x.div(norm.unsqueeze());
-    let (a, b, c) = NEWTON_SCHULZ_COEFFICIENTS;
-    for _ in 0..NEWTON_SCHULZ_STEPS {
-        let gram = x.clone().matmul(x.clone().transpose());
-        let poly = gram.clone().mul_scalar(b) + gram.clone().matmul(gram).mul_scalar(c);
-        x = x.clone().mul_scalar(a) + poly.matmul(x);
-    }
-    if tall { x.transpose() } else { x }
+    headlab_kernels::newton_schulz(g, NEWTON_SCHULZ_STEPS, NEWTON_SCHULZ_COEFFICIENTS)
 }
 
 /// First and second moments of one parameter, flattened.
@@ -483,6 +471,7 @@ mod muon_tests {
     use super::*;
     use burn::nn::{Linear, LinearConfig};
     use burn::tensor::Device;
+    use headlab_kernels::with_kernels;
 
     type Matrix = Vec<Vec<f64>>;
 
@@ -580,9 +569,19 @@ mod muon_tests {
     #[test]
     fn newton_schulz_is_the_quintic_on_the_singular_values_near_the_polar_factor() {
         let device = Device::flex();
-        for (rows, cols, seed) in [(6, 9, 1), (9, 6, 2), (7, 7, 3)] {
+        // headlab's host kernel, then Burn's tensor ops (the path of wgpu and flex-burn).
+        for (kernels, rows, cols, seed) in [
+            (true, 6, 9, 1),
+            (true, 9, 6, 2),
+            (true, 7, 7, 3),
+            (true, 40, 90, 4),
+            (false, 6, 9, 1),
+            (false, 9, 6, 2),
+        ] {
             let g = random(rows, cols, seed);
-            let got = to_host::<f32, _>(newton_schulz(tensor(&g, &device)));
+            let got = with_kernels(kernels, || {
+                to_host::<f32, _>(newton_schulz(tensor(&g, &device)))
+            });
             // The SVD of the wide side; a tall matrix's is the transpose's.
             let tall = rows > cols;
             let wide = if tall { transpose(&g) } else { g.clone() };
@@ -616,9 +615,12 @@ mod muon_tests {
                     size += polar[i][j].powi(2);
                 }
             }
-            assert!(worst < 1e-4, "{rows}x{cols}: {worst}");
+            assert!(worst < 1e-4, "kernels {kernels}, {rows}x{cols}: {worst}");
             let relative = (off / size).sqrt();
-            assert!(relative < 0.3, "{rows}x{cols}: {relative} from U V^T");
+            assert!(
+                relative < 0.3,
+                "kernels {kernels}, {rows}x{cols}: {relative} from U V^T"
+            );
         }
     }
 
