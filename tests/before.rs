@@ -3,7 +3,10 @@
 //! losses, rates and bits per character an older build wrote (tests/fixtures/before, made by
 //! tools/before-fixtures.sh with commit 7092141's binary), to every printed digit. One
 //! exception: lab-symmetry.csv was made again (commit 9352076's binary, the same command) when
-//! issue #41 moved that lab to the grammar corpus, where its models learn.
+//! issue #41 moved that lab to the grammar corpus, where its models learn. The speedrun's
+//! config, made of the new switches, has no before: shakespeare-char-speedrun.csv holds it to
+//! commit f4f5286 (Newton-Schulz on headlab's gemm), whose losses differ from the ones before
+//! it in the seventh digit, so a change to its numerics is seen here.
 
 use std::path::{Path, PathBuf};
 
@@ -40,7 +43,7 @@ fn shipped_configs_train_digit_for_digit_as_before_the_speedrun_switches() {
         })
         .collect();
     names.sort();
-    assert_eq!(names.len(), 7, "{names:?}");
+    assert_eq!(names.len(), 8, "{names:?}");
     for name in names {
         let config = repo().join("configs").join(format!("{name}.toml"));
         let out_dir = tmp.path().join(&name);

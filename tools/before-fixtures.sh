@@ -8,17 +8,31 @@
 #   git worktree add /tmp/old 7092141 && (cd /tmp/old && cargo build --release)
 #   tools/before-fixtures.sh /path/to/that/target/release/headlab
 #
+# The speedrun's config is made of those switches and has no such before: its fixture holds
+# it to the losses of commit f4f5286 (Newton-Schulz on headlab's gemm), made with that
+# commit's binary by naming it:
+#
+#   tools/before-fixtures.sh /path/to/f4f5286/target/release/headlab shakespeare-char-speedrun
+#
 # The overrides below are repeated in tests/before.rs; change both together.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-headlab=${1:?usage: tools/before-fixtures.sh HEADLAB_BINARY}
+headlab=${1:?usage: tools/before-fixtures.sh HEADLAB_BINARY [CONFIG_NAME...]}
+shift
 out=tests/fixtures/before
 mkdir -p "$out"
 work=$(mktemp -d)
-for config in configs/*.toml; do
+if [ $# -gt 0 ]; then
+  configs=()
+  for name in "$@"; do configs+=("configs/$name.toml"); done
+else
+  configs=(configs/*.toml)
+fi
+for config in "${configs[@]}"; do
   name=$(basename "$config" .toml)
-  # The speedrun's config is made of the new switches; there is no before for it.
-  [ "$name" != shakespeare-char-speedrun ] || continue
+  [ -f "$config" ] || { echo "before-fixtures: no $config" >&2; exit 2; }
+  # Without names: every config but the speedrun's, whose fixture comes from another commit.
+  [ $# -gt 0 ] || [ "$name" != shakespeare-char-speedrun ] || continue
   "$headlab" train --config "$config" --out "$work/$name" \
     --set train.max_iters=30 --set train.eval_interval=10 --set train.eval_iters=2 \
     --set train.log_interval=5 --set train.sample_tokens=0 --set train.track_heads_every=0 \
