@@ -5,7 +5,7 @@
 //! feature rebuilds everything above it even where `cargo tree`'s feature lists agree (issue
 //! 43: itertools' `default` did that to cubecl's core and Burn's backend layer).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashSet};
 use std::hash::{Hash, Hasher};
 use std::path::Path;
 
@@ -202,9 +202,10 @@ pub fn drift(root: &Path) -> Result<Vec<String>> {
             ));
         }
     }
-    // Duplicates: a cause compiled for several targets or platforms says the same thing.
-    let mut seen = HashMap::new();
-    drift.retain(|line| seen.insert(line.clone(), ()).is_none());
+    // Sorted, each line once: a cause compiled for several targets or platforms says the
+    // same thing.
+    drift.sort();
+    drift.dedup();
     Ok(drift)
 }
 
@@ -220,11 +221,10 @@ pub fn features() -> Result<()> {
         );
         return Ok(());
     }
-    let by_line: BTreeMap<&str, ()> = drift.iter().map(|l| (l.as_str(), ())).collect();
     bail!(
         "the test build would compile these again, and everything above them:\n  {}\nadd the \
          test build's features to crates/workspace-hack/Cargo.toml",
-        by_line.into_keys().collect::<Vec<_>>().join("\n  ")
+        drift.join("\n  ")
     )
 }
 

@@ -8,21 +8,14 @@ use crate::gemm::{View, matmul};
 use crate::linear::rows_per_task;
 
 /// `dst (r x n, row-major) = alpha * lhs * rhs`, plus what `dst` held with `accumulate`;
-/// `lhs_rows(r0, m)` is rows `r0..r0 + m` of the left factor.
-fn product_into<'a>(
-    dst: &mut [f32],
-    n: usize,
-    lhs_rows: impl Fn(usize, usize) -> View<'a> + Sync,
-    rhs: View<'a>,
-    alpha: f32,
-    accumulate: bool,
-) {
-    let rows = dst.len() / n;
-    let per_task = rows_per_task(rows, rhs.rows * n);
+/// `lhs` row-major `r x rhs.rows`.
+fn product_into(dst: &mut [f32], lhs: &[f32], rhs: View, alpha: f32, accumulate: bool) {
+    let (k, n) = (rhs.rows, rhs.cols);
+    let per_task = rows_per_task(dst.len() / n, k * n);
     dst.par_chunks_mut(per_task * n)
         .enumerate()
         .for_each(|(i, block)| {
-            let lhs = lhs_rows(i * per_task, block.len() / n);
+            let lhs = View::rows(&lhs[i * per_task * k..], block.len() / n, k);
             matmul(block, n, lhs, rhs, alpha, accumulate);
         });
 }
@@ -58,36 +51,15 @@ pub fn newton_schulz(
     let mut next = vec![0.0f32; r * k];
     for _ in 0..steps {
         // A = X X^T: [r, k] x [k, r].
-        product_into(
-            &mut gram,
-            r,
-            |r0, rows| View::rows(&x[r0 * k..], rows, k),
-            View::rows_t(&x, r, k),
-            1.0,
-            false,
-        );
+        product_into(&mut gram, &x, View::rows_t(&x, r, k), 1.0, false);
         // P = b A + c A A.
         poly.par_iter_mut()
             .zip(&gram)
             .for_each(|(p, &v)| *p = b * v);
-        product_into(
-            &mut poly,
-            r,
-            |r0, rows| View::rows(&gram[r0 * r..], rows, r),
-            View::rows(&gram, r, r),
-            c,
-            true,
-        );
+        product_into(&mut poly, &gram, View::rows(&gram, r, r), c, true);
         // X' = a X + P X.
         next.par_iter_mut().zip(&x).for_each(|(y, &v)| *y = a * v);
-        product_into(
-            &mut next,
-            k,
-            |r0, rows| View::rows(&poly[r0 * r..], rows, r),
-            View::rows(&x, r, k),
-            1.0,
-            true,
-        );
+        product_into(&mut next, &poly, View::rows(&x, r, k), 1.0, true);
         std::mem::swap(&mut x, &mut next);
     }
     if tall {
