@@ -47,10 +47,11 @@ enum Task {
         #[arg(long)]
         write: bool,
     },
-    /// The speedrun's record check: trains configs/shakespeare-char-speedrun.toml for seeds
-    /// 1337, 1 and 2 (and, with --with-torch, the same model in PyTorch after each), prints
-    /// the table row and writes bench/results/<date>-<host>-speedrun[-2, ...].md with the
-    /// CPU, threads and commit. `--set` trains an ablation of it.
+    /// The speedrun's record check: trains the track's config (--track short:
+    /// configs/shakespeare-char-speedrun.toml; long: configs/shakespeare-char-long.toml) for
+    /// seeds 1337, 1 and 2 (and, with --with-torch, the same model in PyTorch after each),
+    /// prints the table row and writes bench/results/<date>-<host>-speedrun[-long][-2, ...].md
+    /// with the CPU, threads and commit. `--set` trains an ablation of it.
     Speedrun(speedrun::SpeedrunArgs),
 }
 
