@@ -6,7 +6,8 @@
 //! issue #41 moved that lab to the grammar corpus, where its models learn. The speedrun's
 //! config, made of the new switches, has no before: shakespeare-char-speedrun.csv holds it to
 //! commit f4f5286 (Newton-Schulz on headlab's gemm), whose losses differ from the ones before
-//! it in the seventh digit, so a change to its numerics is seen here.
+//! it in the seventh digit, so a change to its numerics is seen here. The long track's config
+//! (shakespeare-char-long) is those switches at another shape and has no fixture.
 
 use std::path::{Path, PathBuf};
 
