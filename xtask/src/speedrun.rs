@@ -339,7 +339,7 @@ fn compare_record(path: &Path) -> Result<()> {
 }
 
 /// The record's last line: the median against the track's goal and budgets.
-fn verdict(track: Track, val: f64, flops: f64, train_s: f64, holds: bool) -> String {
+fn budget_line(track: Track, val: f64, flops: f64, train_s: f64) -> String {
     let goal = match track.target_loss() {
         Some(t) => format!("goal <= {t}"),
         None => format!("nanoGPT's GPU config: {NANOGPT_GPU_LOSS}"),
@@ -350,7 +350,11 @@ fn verdict(track: Track, val: f64, flops: f64, train_s: f64, holds: bool) -> Str
         flops / 1e12,
         track.budget_flops() / 1e12,
         track.budget_s(),
-        if holds { "holds" } else { "does not hold" }
+        if track.holds(val, flops, train_s) {
+            "holds"
+        } else {
+            "does not hold"
+        }
     )
 }
 
@@ -435,7 +439,7 @@ pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
         table += &format!("\n\n{}", comparison.join("\n\n"));
     }
     println!("{table}");
-    let verdict = verdict(track, val, flops, train_s, holds);
+    let verdict = budget_line(track, val, flops, train_s);
     println!("{verdict}");
 
     let host = Command::new("hostname")
@@ -531,7 +535,7 @@ mod tests {
         assert!(Track::Long.holds(1.61, 59.9e12, 599.0));
         assert!(!Track::Long.holds(1.45, 60.1e12, 599.0));
         assert!(!Track::Long.holds(1.45, 59.9e12, 601.0));
-        let said = verdict(Track::Long, 1.45, 59.9e12, 599.0, true);
+        let said = budget_line(Track::Long, 1.45, 59.9e12, 599.0);
         assert!(said.contains("nanoGPT's GPU config: 1.4697"), "{said}");
         assert!(
             said.contains("(<= 60)") && said.contains("(<= 600)"),

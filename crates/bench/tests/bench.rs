@@ -293,18 +293,20 @@ END
     // The refusal and the dry run at once, each into its own folder: each waits mostly on its
     // own process's adapter start-up and kernel compiles.
     let refused = dir.join("refused");
-    let ((code, stderr), (dry_code, dry_stderr)) = std::thread::scope(|s| {
+    let ((refused_code, refused_stderr), (code, stderr)) = std::thread::scope(|s| {
         let refusal = s.spawn(|| check(&refused, &[]));
         let dry_run = check(&results, &["--allow-cpu-adapter"]);
         (refusal.join().unwrap(), dry_run)
     });
-    let physical = stderr.contains("(a card: true)");
+    let physical = refused_stderr.contains("(a card: true)");
     if !physical {
-        assert_eq!(code, Some(2), "{stderr}");
-        assert!(stderr.contains("--allow-cpu-adapter"), "{stderr}");
+        assert_eq!(refused_code, Some(2), "{refused_stderr}");
+        assert!(
+            refused_stderr.contains("--allow-cpu-adapter"),
+            "{refused_stderr}"
+        );
         assert!(!refused.exists(), "a refused check writes nothing");
     }
-    let (code, stderr) = (dry_code, dry_stderr);
     assert_eq!(code, Some(0), "{stderr}");
     let files: Vec<std::path::PathBuf> = std::fs::read_dir(&results)
         .unwrap()
