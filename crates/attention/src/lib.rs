@@ -26,7 +26,7 @@ pub use mha::{
     AttentionOptions, AttentionOutput, MultiHeadAttention, MultiHeadAttentionConfig, Qkv,
     gpt2_linear,
 };
-pub use rope::apply_rope;
+pub use rope::{Position, apply_rope};
 pub use sdpa::{
     attention_weights, flash_attention, fused_attention, naive_attention,
     scaled_dot_product_attention,

@@ -16,6 +16,7 @@ use burn::tensor::{Bool, Device, Tensor, TensorData};
 use headlab_kernels::{flash_attention_heads_last, linear_layer};
 
 use crate::error::AttentionConfigError;
+use crate::rope::Position;
 use crate::sdpa::{attention_weights, scaled_dot_product_attention};
 
 /// Configuration of [`MultiHeadAttention`].
@@ -243,7 +244,7 @@ impl MultiHeadAttention {
     /// `x [b, t, d_model] -> output [b, t, d_model]`, `weights [b, n_heads, t, t]`
     pub fn forward_with(&self, x: Tensor<3>, options: AttentionOptions) -> AttentionOutput {
         if options.is_plain()
-            && let Some(output) = self.forward_direct(x.clone())
+            && let Some(output) = self.forward_direct(x.clone(), Position::default())
         {
             return AttentionOutput {
                 output,
@@ -256,13 +257,15 @@ impl MultiHeadAttention {
     }
 
     /// Self-attention without hooks on headlab's flash kernel, with Q, K and V left in the
-    /// projections' `[b, t, h, d_k]` layout (no head transposes either way). `None` where it
-    /// does not apply: grouped K/V, dropout on the weights while training, or a backend the
-    /// kernel does not run on; [`attend`](Self::attend) computes the same there.
+    /// projections' `[b, t, h, d_k]` layout (no head transposes either way), queries and keys
+    /// through `position` first. `None` where it does not apply: grouped K/V, dropout on the
+    /// weights while training, or a backend the kernel does not run on;
+    /// [`project`](Self::project), `position` and [`attend`](Self::attend) compute the same
+    /// there.
     ///
     /// # Shapes
     /// `x [b, t, d_model] -> [b, t, d_model]`
-    pub fn forward_direct(&self, x: Tensor<3>) -> Option<Tensor<3>> {
+    pub fn forward_direct(&self, x: Tensor<3>, position: Position) -> Option<Tensor<3>> {
         let dropout = x.device().is_autodiff() && self.attn_dropout.prob > 0.0;
         if dropout || self.n_kv_heads != self.n_heads || !headlab_kernels::runs_on(&x) {
             return None;
@@ -270,8 +273,8 @@ impl MultiHeadAttention {
         let [b, t, d] = x.dims();
         // [b, t, h * d_k] -> [b, t, h, d_k]: a view of the projection's output
         let heads = |y: Tensor<3>| y.reshape([b, t, self.n_heads, self.d_k]);
-        let q = heads(linear_layer(&self.q_proj, x.clone()));
-        let k = heads(linear_layer(&self.k_proj, x.clone()));
+        let q = position.heads_last(heads(linear_layer(&self.q_proj, x.clone())));
+        let k = position.heads_last(heads(linear_layer(&self.k_proj, x.clone())));
         let v = heads(linear_layer(&self.v_proj, x));
         // [b, t, h, d_k] -> [b, t, h * d_k]: the heads concatenated, as W_O reads them
         let context = flash_attention_heads_last(q, k, v, self.causal).reshape([b, t, d]);

@@ -6,6 +6,7 @@
 //! Angles are computed in f64 on the host so long generations keep their precision.
 
 use burn::tensor::{DType, Device, Tensor, TensorData};
+use headlab_kernels::Rotary;
 
 /// The RoFormer frequency base.
 pub const ROPE_BASE: f64 = 10_000.0;
@@ -51,4 +52,68 @@ pub fn apply_rope(x: Tensor<4>, offset: usize) -> Tensor<4> {
     // rotate_half(x) = [-x2, x1]
     let rotated = Tensor::cat(vec![x2.neg(), x1], 3);
     x.mul(cos).add(rotated.mul(sin))
+}
+
+/// What happens to queries and keys between their projection and attention: QK-norm (an RMS
+/// norm without gain), then RoPE from position `offset`; neither by default.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Position {
+    /// QK-norm's epsilon; `None` leaves the norm out.
+    pub rms_epsilon: Option<f64>,
+    /// Whether queries and keys are rotated.
+    pub rope: bool,
+    /// The position of the first query or key.
+    pub offset: usize,
+}
+
+impl Position {
+    /// Whether queries and keys pass unchanged.
+    pub fn is_identity(&self) -> bool {
+        self.rms_epsilon.is_none() && !self.rope
+    }
+
+    /// On the projections' layout: headlab's kernel (one op each way) where it runs,
+    /// [`Self::heads_first`]'s Burn ops elsewhere.
+    ///
+    /// # Shapes
+    /// `x [b, t, h, d_k] -> [b, t, h, d_k]`
+    pub fn heads_last(&self, x: Tensor<4>) -> Tensor<4> {
+        if self.is_identity() {
+            x
+        } else if headlab_kernels::runs_on(&x) {
+            let spec = Rotary {
+                rms_epsilon: self.rms_epsilon,
+                rope_base: self.rope.then_some(ROPE_BASE),
+                offset: self.offset,
+            };
+            headlab_kernels::rotary(x, spec)
+        } else {
+            // [b, t, h, d_k] -> [b, h, t, d_k] -> [b, t, h, d_k]
+            self.heads_first(x.swap_dims(1, 2)).swap_dims(1, 2)
+        }
+    }
+
+    /// On heads split out: Burn's ops where the kernel does not run, the kernel on the
+    /// projections' layout (a view of these heads) where it does.
+    ///
+    /// # Shapes
+    /// `x [b, h, t, d_k] -> [b, h, t, d_k]`
+    pub fn heads_first(&self, x: Tensor<4>) -> Tensor<4> {
+        if self.is_identity() {
+            return x;
+        }
+        if headlab_kernels::runs_on(&x) {
+            // [b, h, t, d_k] -> [b, t, h, d_k] -> [b, h, t, d_k]
+            return self.heads_last(x.swap_dims(1, 2)).swap_dims(1, 2);
+        }
+        let x = match self.rms_epsilon {
+            Some(epsilon) => headlab_kernels::rms_norm(x, epsilon),
+            None => x,
+        };
+        if self.rope {
+            apply_rope(x, self.offset)
+        } else {
+            x
+        }
+    }
 }

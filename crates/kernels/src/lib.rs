@@ -17,8 +17,8 @@
 //! falls back to Burn's ops where the kernels do not run.
 //!
 //! Modules: `flash` (flash attention on host memory), `gelu`, `layer_norm` and `linear` (the
-//! other kernels on host memory), `ops` (the kernels registered with Burn as ops, with their
-//! backward), `adamw` (the one-pass update), `gemm` (matrix products on strided views), `simd`
+//! other kernels on host memory), `rotary` (QK-norm and RoPE on host memory), `ops` (the
+//! kernels registered with Burn as ops, with their backward), `adamw` (the one-pass update), `gemm` (matrix products on strided views), `simd`
 //! (run-time CPU-feature dispatch), `uninit` (output buffers written once, never zeroed),
 //! `toggle` (kernels off per thread; test-only wrong kernels), `device` (backends by name, a
 //! wgpu device that works, the compute pool) and `memory` (the allocator's freed pages, peak
@@ -38,6 +38,7 @@ pub mod linear;
 pub mod memory;
 pub mod muon;
 mod ops;
+pub mod rotary;
 mod simd;
 mod toggle;
 mod uninit;
@@ -51,6 +52,7 @@ pub use device::{
     wgpu_device, wgpu_for_tests,
 };
 pub use ops::KernelBackend;
+pub use rotary::Rotary;
 pub use toggle::{Mutation, kernels_enabled, with_kernels};
 
 /// A float tensor's values on the host as `E` (f32, or f64 for the f64 truth): the one way
@@ -204,10 +206,10 @@ pub fn layer_norm<const D: usize>(
     ))
 }
 
-/// RMS norm over the last dimension without a gain, `x / sqrt(mean(x^2) + epsilon)` (QK-norm).
-/// Burn's ops on every backend: it runs on `[b, h, t, d_k]` heads, small next to the matmuls
-/// around it. Where the kernels run, the `rms-norm-no-eps` test mutation drops epsilon, so
-/// the tests can show `headlab compare` catches a wrong variant of it.
+/// RMS norm over the last dimension without a gain, `x / sqrt(mean(x^2) + epsilon)` (QK-norm),
+/// in Burn's ops: the path where [`rotary()`] does not run (wgpu, flex-burn, f64). Where the
+/// kernels run, the `rms-norm-no-eps` test mutation drops epsilon, so the tests can show
+/// `headlab compare` catches a wrong variant of it.
 ///
 /// # Shapes
 /// `x [..., d] -> [..., d]`
@@ -219,6 +221,26 @@ pub fn rms_norm<const D: usize>(x: Tensor<D>, epsilon: f64) -> Tensor<D> {
     };
     let mean_square = x.clone().square().mean_dim(D - 1);
     x / mean_square.add_scalar(epsilon).sqrt()
+}
+
+/// QK-norm (`spec.rms_epsilon`) then RoPE (`spec.rope_base`) on every head of `x`, on the
+/// projections' own layout, through headlab's kernel: one op with its own backward. The
+/// `rms-norm-no-eps` test mutation drops the norm's epsilon, as in [`rms_norm`].
+///
+/// # Panics
+/// Unless [`runs_on`] holds for `x`: callers check it and keep Burn's ops otherwise.
+///
+/// # Shapes
+/// `x [b, t, h, d_k] -> [b, t, h, d_k]` (`d_k` even with RoPE)
+pub fn rotary(x: Tensor<4>, mut spec: Rotary) -> Tensor<4> {
+    assert!(
+        runs_on(&x),
+        "rotary: a tensor the kernel does not run on; check `runs_on` first"
+    );
+    if spec.rms_epsilon.is_some() && toggle::mutated(Mutation::RmsNormNoEps) {
+        spec.rms_epsilon = Some(0.0);
+    }
+    Tensor::from_dispatch(<Dispatch as KernelBackend>::rotary(x.into_dispatch(), spec))
 }
 
 /// `x W (+ b)` for `x [..., d_in]`, `W [d_in, d_out]` (Burn's layout), `b [d_out]`: one

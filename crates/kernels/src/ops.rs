@@ -27,6 +27,7 @@ use burn::tensor::{Bytes, DType, Shape};
 
 use crate::adamw::AdamWStep;
 use crate::flash::{self, Dims, HeadLayout};
+use crate::rotary::{self, Rotary};
 use crate::{gelu, layer_norm, linear};
 
 /// headlab's ops, each one node of Burn's graph with a hand-written backward. Listed
@@ -64,6 +65,9 @@ pub trait KernelBackend: Backend {
         weight: FloatTensor<Self>,
         bias: FloatTensor<Self>,
     ) -> FloatTensor<Self>;
+
+    /// QK-norm and/or RoPE on every head of `x [b, t, h, d_k]` (the projections' layout).
+    fn rotary(x: FloatTensor<Self>, spec: Rotary) -> FloatTensor<Self>;
 
     /// One AdamW update of a parameter from its gradient and moments, all `[n]`: the
     /// parameter and moments after it. Not differentiable (optimizers work on inner tensors).
@@ -188,6 +192,10 @@ macro_rules! host_backend {
                 linear_forward::<Self>(x, weight, Some(bias)).0
             }
 
+            fn rotary(x: FloatTensor<Self>, spec: Rotary) -> FloatTensor<Self> {
+                rotary_forward::<Self>(x, spec).0
+            }
+
             fn adamw(
                 param: FloatTensor<Self>,
                 grad: FloatTensor<Self>,
@@ -290,6 +298,18 @@ impl<B: HostAccess, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
                 prep.finish(Arc::new(saved), y)
             }
             OpsKind::UnTracked(prep) => prep.finish(linear_forward::<B>(x, weight, Some(bias)).0),
+        }
+    }
+
+    fn rotary(x: FloatTensor<Self>, spec: Rotary) -> FloatTensor<Self> {
+        let prep = RotaryBackward.prepare::<C>([x.node()]);
+        let x = x.into_primitive();
+        match prep.compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let (y, saved) = rotary_forward::<B>(x, spec);
+                prep.finish(Arc::new(saved), y)
+            }
+            OpsKind::UnTracked(prep) => prep.finish(rotary_forward::<B>(x, spec).0),
         }
     }
 
@@ -602,6 +622,59 @@ fn linear_forward<B: HostAccess>(
         weight,
         x_shape,
         weight_shape,
+        device,
+    };
+    (y, saved)
+}
+
+// ---------------------------------------------------------------------------------------------
+// QK-norm and RoPE
+
+/// The forward's normalised input (with the norm), the shape and the settings.
+#[derive(Debug)]
+struct RotarySaved<D> {
+    saved: rotary::Saved,
+    dims: rotary::Dims,
+    spec: Rotary,
+    shape: Shape,
+    device: D,
+}
+
+#[derive(Debug)]
+struct RotaryBackward;
+
+impl<B: HostAccess> Backward<B, 1> for RotaryBackward {
+    type State = Arc<RotarySaved<DeviceOf<B>>>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x] = ops.parents.map(|n| n.map(|n| n.id));
+        let d_y = B::to_host(grads.consume::<B>(&ops.node));
+        let s = ops.state;
+        let dx = || rotary::backward(d_y.as_slice(), &s.saved, s.dims, s.spec);
+        register::<B>(grads, node_x, dx, &s.shape, &s.device);
+    }
+}
+
+fn rotary_forward<B: HostAccess>(
+    x: FloatTensor<B>,
+    spec: Rotary,
+) -> (FloatTensor<B>, RotarySaved<DeviceOf<B>>) {
+    let (shape, device) = (x.shape(), x.device());
+    let [batch, t, heads, d_k] = shape.dims();
+    let dims = rotary::Dims {
+        batch,
+        t,
+        heads,
+        d_k,
+    };
+    let x = B::to_host(x);
+    let (y, saved) = rotary::forward(x.as_slice(), dims, spec);
+    let y = B::from_host(y, shape.clone(), &device);
+    let saved = RotarySaved {
+        saved,
+        dims,
+        spec,
+        shape,
         device,
     };
     (y, saved)

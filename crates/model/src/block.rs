@@ -4,7 +4,7 @@ use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig, LayerNorm, LayerNormConfig, Linear};
 use burn::tensor::{Device, Tensor, TensorData};
 pub(crate) use headlab_attention::gpt2_linear;
-use headlab_attention::{AttentionOptions, MultiHeadAttention, Qkv, apply_rope};
+use headlab_attention::{AttentionOptions, MultiHeadAttention, Position, Qkv};
 use headlab_kernels::linear_layer;
 
 use crate::config::{Activation, Gelu, GptConfig, Norm, QK_NORM_EPSILON};
@@ -308,9 +308,7 @@ impl Block {
             }) => (None, Some((heads, input, delta)), None),
             other => (None, None, other),
         };
-        let plain = !self.rope
-            && !self.qk_norm
-            && cache.is_none()
+        let plain = cache.is_none()
             && options.head_mask.is_none()
             && options.head_bias.is_none()
             && head_patch.is_none()
@@ -319,7 +317,11 @@ impl Block {
             && !options.return_head_outputs;
         let sublayers = options.return_sublayers;
         let max_score = sublayers.then(|| self.max_score(h.clone(), offset));
-        if plain && let Some(output) = self.attn.forward_direct(h.clone()) {
+        if plain
+            && let Some(output) = self
+                .attn
+                .forward_direct(h.clone(), self.position_at(offset))
+        {
             let mut out = self.finish(x, output, None, None, sublayers, sublayer_patch);
             out.max_score = max_score;
             return out;
@@ -384,15 +386,19 @@ impl Block {
     /// # Shapes
     /// `q [b, n_heads, t, d_k]`, `k [b, n_kv_heads, t, d_k]`, unchanged
     fn position(&self, mut qkv: Qkv, offset: usize) -> Qkv {
-        if self.qk_norm {
-            qkv.q = headlab_kernels::rms_norm(qkv.q, QK_NORM_EPSILON);
-            qkv.k = headlab_kernels::rms_norm(qkv.k, QK_NORM_EPSILON);
-        }
-        if self.rope {
-            qkv.q = apply_rope(qkv.q, offset);
-            qkv.k = apply_rope(qkv.k, offset);
-        }
+        let position = self.position_at(offset);
+        qkv.q = position.heads_first(qkv.q);
+        qkv.k = position.heads_first(qkv.k);
         qkv
+    }
+
+    /// This block's QK-norm and RoPE for heads whose first position is `offset`.
+    fn position_at(&self, offset: usize) -> Position {
+        Position {
+            rms_epsilon: self.qk_norm.then_some(QK_NORM_EPSILON),
+            rope: self.rope,
+            offset,
+        }
     }
 
     /// `max |q . k| / sqrt(d_k)` over heads and query-key pairs of the attention input `h`:

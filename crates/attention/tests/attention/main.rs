@@ -3,4 +3,5 @@
 
 mod common;
 mod mha;
+mod position;
 mod sdpa;
