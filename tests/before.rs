@@ -5,8 +5,9 @@
 //! exception: lab-symmetry.csv was made again (commit 9352076's binary, the same command) when
 //! issue #41 moved that lab to the grammar corpus, where its models learn. The speedrun's
 //! config, made of the new switches, has no before: shakespeare-char-speedrun.csv holds it to
-//! commit f4f5286 (Newton-Schulz on headlab's gemm), whose losses differ from the ones before
-//! it in the seventh digit, so a change to its numerics is seen here. The long track's config
+//! the commit that gave Newton-Schulz its Gram form (`git log` of that file; before it, commit
+//! f4f5286, Newton-Schulz on headlab's gemm), whose losses differ from the ones before it in
+//! the seventh digit, so a change to its numerics is seen here. The long track's config
 //! (shakespeare-char-long) is those switches at another shape and has no fixture.
 
 use std::path::{Path, PathBuf};

@@ -9,10 +9,10 @@
 #   tools/before-fixtures.sh /path/to/that/target/release/headlab
 #
 # The speedrun's config is made of those switches and has no such before: its fixture holds
-# it to the losses of commit f4f5286 (Newton-Schulz on headlab's gemm), made with that
-# commit's binary by naming it:
+# it to the losses of the commit that gave Newton-Schulz its Gram form (the fixture's last
+# commit in `git log`), made with that commit's binary by naming it:
 #
-#   tools/before-fixtures.sh /path/to/f4f5286/target/release/headlab shakespeare-char-speedrun
+#   tools/before-fixtures.sh /path/to/that/target/release/headlab shakespeare-char-speedrun
 #
 # The long track's config (shakespeare-char-long) has no fixture: it is the speedrun's
 # switches at another shape, which the speedrun's fixture already holds to their digits.
