@@ -4,7 +4,8 @@
 //!   per-head weights on request and a head mask for ablation.
 //! - [`mask`]: causal and padding masks, and the score masked positions get.
 //! - [`sdpa`]: scaled dot-product attention alone, the op each head runs.
-//! - [`rope`]: rotary position embeddings on queries and keys.
+//! - [`rope`]: rotary position embeddings, and [`Position`]: QK-norm then RoPE on queries and
+//!   keys, through headlab's kernel where it runs.
 //! - [`reference`]: a per-head loop and an f64 implementation it is tested against.
 //!
 //! The crate names no backend: it takes tensors and a [`burn::tensor::Device`], and its tests

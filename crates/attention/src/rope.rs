@@ -56,6 +56,10 @@ pub fn apply_rope(x: Tensor<4>, offset: usize) -> Tensor<4> {
 
 /// What happens to queries and keys between their projection and attention: QK-norm (an RMS
 /// norm without gain), then RoPE from position `offset`; neither by default.
+///
+/// # Panics
+/// With `rope` and an odd `d_k` where the kernel runs (`GptConfig` refuses such models; Burn's
+/// ops would rotate wrong pairs).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct Position {
     /// QK-norm's epsilon; `None` leaves the norm out.

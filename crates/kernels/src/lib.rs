@@ -1,5 +1,5 @@
-//! headlab's CPU kernels for Burn: attention, GELU and LayerNorm, each one op with its own
-//! backward.
+//! headlab's CPU kernels for Burn: attention, GELU, LayerNorm, linear layers, QK-norm with
+//! RoPE, each one op with its own backward, and the optimizers' updates.
 //!
 //! Burn 0.22 runs `burn::tensor::module::attention` as a chain of primitive ops whenever
 //! gradients flow, on every backend, so training pays for a `[t_q, t_k]` score matrix per head
@@ -13,13 +13,16 @@
 //! training profile showed (bench/NOTES.md): one vectorised pass each way instead of a node
 //! per primitive op. [`linear`] runs a layer as one `gemm` per
 //! direction on flex's buffers in place (Burn's splits `[b, t, d]` inputs into `b` products and
-//! copies strided operands). [`adamw`] updates a parameter and its moments in one pass. Each
-//! falls back to Burn's ops where the kernels do not run.
+//! copies strided operands). [`rotary()`] runs QK-norm and RoPE as one op on the projections'
+//! layout (Burn's dozen single-threaded element-wise ops took 12% of the speedrun step's
+//! thread). [`adamw`] updates a parameter and its moments in one pass, and
+//! [`newton_schulz`] runs Muon's iteration on the gemm. Each falls back to Burn's ops where the
+//! kernels do not run.
 //!
-//! Modules: `flash` (flash attention on host memory), `gelu`, `layer_norm` and `linear` (the
-//! other kernels on host memory), `rotary` (QK-norm and RoPE on host memory), `ops` (the
-//! kernels registered with Burn as ops, with their backward), `adamw` (the one-pass update), `gemm` (matrix products on strided views), `simd`
-//! (run-time CPU-feature dispatch), `uninit` (output buffers written once, never zeroed),
+//! Modules: `flash` (flash attention on host memory), `gelu`, `layer_norm`, `linear` and
+//! `rotary` (the other kernels on host memory), `muon` (Newton-Schulz on host memory), `ops`
+//! (the kernels registered with Burn as ops, with their backward), `adamw` (the one-pass
+//! update), `gemm` (matrix products on strided views), `simd` (run-time CPU-feature dispatch), `uninit` (output buffers written once, never zeroed),
 //! `toggle` (kernels off per thread; test-only wrong kernels), `device` (backends by name, a
 //! wgpu device that works, the compute pool) and `memory` (the allocator's freed pages, peak
 //! RSS).

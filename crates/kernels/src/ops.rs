@@ -193,7 +193,7 @@ macro_rules! host_backend {
             }
 
             fn rotary(x: FloatTensor<Self>, spec: Rotary) -> FloatTensor<Self> {
-                rotary_forward::<Self>(x, spec).0
+                rotary_forward::<Self>(x, spec, false).0
             }
 
             fn adamw(
@@ -306,10 +306,10 @@ impl<B: HostAccess, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         let x = x.into_primitive();
         match prep.compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (y, saved) = rotary_forward::<B>(x, spec);
+                let (y, saved) = rotary_forward::<B>(x, spec, true);
                 prep.finish(Arc::new(saved), y)
             }
-            OpsKind::UnTracked(prep) => prep.finish(rotary_forward::<B>(x, spec).0),
+            OpsKind::UnTracked(prep) => prep.finish(rotary_forward::<B>(x, spec, false).0),
         }
     }
 
@@ -655,9 +655,12 @@ impl<B: HostAccess> Backward<B, 1> for RotaryBackward {
     }
 }
 
+/// Runs the kernel on `B`'s tensor; returns the output and, with `save`, what the backward
+/// needs.
 fn rotary_forward<B: HostAccess>(
     x: FloatTensor<B>,
     spec: Rotary,
+    save: bool,
 ) -> (FloatTensor<B>, RotarySaved<DeviceOf<B>>) {
     let (shape, device) = (x.shape(), x.device());
     let [batch, t, heads, d_k] = shape.dims();
@@ -668,7 +671,7 @@ fn rotary_forward<B: HostAccess>(
         d_k,
     };
     let x = B::to_host(x);
-    let (y, saved) = rotary::forward(x.as_slice(), dims, spec);
+    let (y, saved) = rotary::forward(x.as_slice(), dims, spec, save);
     let y = B::from_host(y, shape.clone(), &device);
     let saved = RotarySaved {
         saved,

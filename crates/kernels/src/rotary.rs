@@ -2,8 +2,8 @@
 //! each direction, on the projections' `[b, t, h, d_k]` layout, rows shared over rayon's pool.
 //! Burn's ops take a dozen single-threaded passes for the same (square, mean, sqrt, divide,
 //! two slices, a negation, a concatenation, two products and a sum, each with its backward)
-//! and recomputed the cos/sin tables at every call: 13% of the speedrun's step on a Zen 4
-//! (bench/NOTES.md).
+//! and compute the cos/sin tables again at every call: about 12% of the speedrun step's
+//! thread on a Zen 4 (bench/NOTES.md, change 18).
 //!
 //! The rotation is the same f32 arithmetic as Burn's `x * cos + rotate_half(x) * sin`
 //! (`y1 = x1 cos - x2 sin`, `y2 = x2 cos + x1 sin`), so RoPE alone gives the same bits either
@@ -50,7 +50,7 @@ struct Tables {
 
 /// The tables for `(d_k, base)` covering positions `..end`, made once and grown on demand
 /// (to the next power of two, so a generation that steps one position at a time rebuilds
-/// them a logarithmic number of times).
+/// them a logarithmic number of times). A model's `end` is at most its `block_size`.
 fn tables(d_k: usize, base: f64, end: usize) -> Arc<Tables> {
     /// By `d_k` and the base's bits.
     type Cache = HashMap<(usize, u64), Arc<Tables>>;
@@ -89,11 +89,12 @@ pub struct Saved {
     scale: Vec<f32>,
 }
 
-/// The forward: `x [b, t, h, d_k]` row-major -> the same shape, and what the backward needs.
+/// The forward: `x [b, t, h, d_k]` row-major -> the same shape, and, with `save`, what the
+/// backward needs (nothing is kept without it: evaluation and generation).
 ///
 /// # Panics
 /// If `x` is not `dims`, or `d_k` is odd with the rotation on.
-pub fn forward(x: &[f32], dims: Dims, spec: Rotary) -> (Vec<f32>, Saved) {
+pub fn forward(x: &[f32], dims: Dims, spec: Rotary, save: bool) -> (Vec<f32>, Saved) {
     let Dims { t, heads, d_k, .. } = dims;
     check(x.len(), dims, spec);
     let rope = spec
@@ -101,8 +102,9 @@ pub fn forward(x: &[f32], dims: Dims, spec: Rotary) -> (Vec<f32>, Saved) {
         .map(|base| tables(d_k, base, spec.offset + t));
     let position = |row: usize| spec.offset + (row / heads) % t;
     let (chunk, rows) = (ROWS_PER_TASK * d_k, x.len() / d_k.max(1));
-    if let Some(eps) = spec.rms_epsilon {
-        let eps = eps as f32;
+    let eps = spec.rms_epsilon.map(|eps| eps as f32);
+    let rms = |x: &[f32], eps: f32| (crate::simd::dot(x, x) / d_k as f32 + eps).sqrt();
+    if let (Some(eps), true) = (eps, save) {
         let shapes = [(x.len(), chunk), (x.len(), chunk), (rows, ROWS_PER_TASK)];
         let ([y, normed, scale], _) = fresh(shapes, |i, [y, normed, scale]| {
             let first = i * ROWS_PER_TASK;
@@ -111,7 +113,7 @@ pub fn forward(x: &[f32], dims: Dims, spec: Rotary) -> (Vec<f32>, Saved) {
             let rows = x.chunks_exact(d_k).zip(y.chunks_exact_mut(d_k));
             let rows = rows.zip(normed.chunks_exact_mut(d_k)).zip(scale);
             for (r, (((x, y), saved), s)) in rows.enumerate() {
-                let rms = (crate::simd::dot(x, x) / d_k as f32 + eps).sqrt();
+                let rms = rms(x, eps);
                 s.write(rms);
                 for ((n, saved), &x) in n.iter_mut().zip(saved).zip(x) {
                     *n = x / rms;
@@ -122,19 +124,27 @@ pub fn forward(x: &[f32], dims: Dims, spec: Rotary) -> (Vec<f32>, Saved) {
                 });
             }
         });
-        (y, Saved { normed, scale })
-    } else {
-        let ([y], _) = fresh([(x.len(), chunk)], |i, [y]| {
-            let first = i * ROWS_PER_TASK;
-            let x = &x[first * d_k..][..y.len()];
-            for (r, (x, y)) in x.chunks_exact(d_k).zip(y.chunks_exact_mut(d_k)).enumerate() {
-                rotate(x, rope.as_deref(), position(first + r), false, |c, v| {
-                    y[c].write(v);
-                });
-            }
-        });
-        (y, Saved::default())
+        return (y, Saved { normed, scale });
     }
+    let ([y], _) = fresh([(x.len(), chunk)], |i, [y]| {
+        let first = i * ROWS_PER_TASK;
+        let x = &x[first * d_k..][..y.len()];
+        let mut n = vec![0.0f32; if eps.is_some() { d_k } else { 0 }];
+        for (r, (x, y)) in x.chunks_exact(d_k).zip(y.chunks_exact_mut(d_k)).enumerate() {
+            let row = match eps {
+                Some(eps) => {
+                    let rms = rms(x, eps);
+                    n.iter_mut().zip(x).for_each(|(n, &x)| *n = x / rms);
+                    &n[..]
+                }
+                None => x,
+            };
+            rotate(row, rope.as_deref(), position(first + r), false, |c, v| {
+                y[c].write(v);
+            });
+        }
+    });
+    (y, Saved::default())
 }
 
 /// The backward: `d_y [b, t, h, d_k]` -> `d_x`, from the forward's [`Saved`].
@@ -308,7 +318,9 @@ mod tests {
         let n = dims.batch * dims.t * dims.heads * dims.d_k;
         for spec in SPECS {
             let x = values(n, 7);
-            let (y, _) = forward(&x, dims, spec);
+            let (y, _) = forward(&x, dims, spec, false);
+            let (y_saved, _) = forward(&x, dims, spec, true);
+            assert_eq!(y, y_saved, "{spec:?}: saving changes the values");
             let want = reference(
                 &x.iter().map(|&v| f64::from(v)).collect::<Vec<_>>(),
                 dims,
@@ -337,7 +349,7 @@ mod tests {
         for spec in SPECS {
             let x = values(n, 11);
             let w = values(n, 13);
-            let (_, saved) = forward(&x, dims, spec);
+            let (_, saved) = forward(&x, dims, spec, true);
             let got = backward(&w, &saved, dims, spec);
             let x64: Vec<f64> = x.iter().map(|&v| f64::from(v)).collect();
             let loss = |x: &[f64]| -> f64 {
