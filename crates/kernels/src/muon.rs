@@ -59,6 +59,13 @@ pub fn newton_schulz(
     }
 }
 
+/// `poly = b A + c A A` for `gram` (`A`) row-major `[r, r]`: the quintic's polynomial without
+/// its constant term, which the two forms add differently.
+fn quadratic_into(poly: &mut [f32], gram: &[f32], r: usize, b: f32, c: f32) {
+    poly.par_iter_mut().zip(gram).for_each(|(p, &v)| *p = b * v);
+    product_into(poly, gram, View::rows(gram, r, r), c, true);
+}
+
 /// The iteration as written, on `x` row-major `[r, k]`: per step `2 r^2 k` for `A`, `2 r^3`
 /// for `A A` and `2 r^2 k` for `P X`.
 fn direct_iteration(
@@ -75,10 +82,7 @@ fn direct_iteration(
         // A = X X^T: [r, k] x [k, r].
         product_into(&mut gram, &x, View::rows_t(&x, r, k), 1.0, false);
         // P = b A + c A A.
-        poly.par_iter_mut()
-            .zip(&gram)
-            .for_each(|(p, &v)| *p = b * v);
-        product_into(&mut poly, &gram, View::rows(&gram, r, r), c, true);
+        quadratic_into(&mut poly, &gram, r, b, c);
         // X' = a X + P X.
         next.par_iter_mut().zip(&x).for_each(|(y, &v)| *y = a * v);
         product_into(&mut next, &poly, View::rows(&x, r, k), 1.0, true);
@@ -110,10 +114,7 @@ fn gram_iteration(
     let mut q: Option<Vec<f32>> = None;
     for step in 0..steps {
         // P = a I + b A + c A A.
-        poly.par_iter_mut()
-            .zip(&gram)
-            .for_each(|(p, &v)| *p = b * v);
-        product_into(&mut poly, &gram, View::rows(&gram, r, r), c, true);
+        quadratic_into(&mut poly, &gram, r, b, c);
         for i in 0..r {
             poly[i * r + i] += a;
         }
