@@ -207,7 +207,10 @@ fn probe_wgpu() -> Result<Device, String> {
                 .device_kind(kind)
                 .graphics_api(api)
                 .init()
-                .map(|device| works(&device).then_some(device))
+                .map(|device| {
+                    tune_briefly_on_a_cpu(&device);
+                    works(&device).then_some(device)
+                })
         });
         match init {
             Ok(Ok(device)) => device,
@@ -250,6 +253,49 @@ fn probe_wgpu() -> Result<Device, String> {
                     .into()
             })
     })
+}
+
+/// On a CPU adapter (Mesa's lavapipe), cubecl's autotuning takes each op's first candidate that
+/// runs instead of compiling and timing them all. There, one matmul candidate (cubek's simple
+/// unit matmul at its smallest tiles) took 5-13 s per shape to compile and time, and a tiny
+/// model's first step tuned 14 shapes (bench/NOTES.md), more than a run on a CPU adapter wins
+/// back from the faster pick. How: a tuning round ends at the first candidate within its time
+/// limit, the roofline time plus one launch's overhead; this states that overhead as 1 s, in
+/// the cache cubecl fills before its first round. A GPU (a card) tunes as Burn ships it.
+#[cfg(feature = "wgpu")]
+fn tune_briefly_on_a_cpu(device: &Device) {
+    use burn::cubecl::throughput::ThroughputValue;
+    let Some(client) = cpu_adapter_client(device) else {
+        return;
+    };
+    // Kept only where cubecl has not measured one yet: before the first tuned op.
+    let _ = client.measure_throughput(LAUNCH, || {
+        Ok(ThroughputValue {
+            ops_count: 1,
+            duration: CPU_LAUNCH_OVERHEAD,
+        })
+    });
+}
+
+/// The launch overhead a CPU adapter's tuning is told ([`tune_briefly_on_a_cpu`]): longer than
+/// any candidate's run at the sizes headlab trains, shorter than their compiles add up to.
+#[cfg(feature = "wgpu")]
+const CPU_LAUNCH_OVERHEAD: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// cubecl's cache key of the launch overhead.
+#[cfg(feature = "wgpu")]
+const LAUNCH: burn::cubecl::throughput::ThroughputKey = burn::cubecl::throughput::ThroughputKey {
+    mode: burn::cubecl::throughput::ThroughputMode::Launch,
+};
+
+/// The compute client of a wgpu device on a CPU adapter (no card behind it); `None` on a GPU.
+#[cfg(feature = "wgpu")]
+fn cpu_adapter_client(device: &Device) -> Option<burn::cubecl::client::Client> {
+    let on_a_card = device.identity().is_none_or(|id| id.physical.is_some());
+    match device.as_dispatch() {
+        burn::backend::DispatchDevice::Cube(cube) if !on_a_card => Some(cube.client()),
+        _ => None,
+    }
 }
 
 /// A sum, and the gradient of a repeated row lookup (two rows add into one: a scatter-add of
@@ -333,5 +379,25 @@ mod tests {
         }
         // flex and flex-burn are always there: they are what `cargo run` builds.
         assert!(BackendKind::Flex.built() && BackendKind::FlexBurn.built());
+    }
+
+    /// On a CPU adapter (lavapipe in CI) the launch overhead cubecl's tuning reads is the one
+    /// the probe stated, not one cubecl measured (microseconds there): each tuning round ends
+    /// at its first candidate that runs. A GPU keeps its own measurement.
+    #[cfg(feature = "wgpu")]
+    #[test]
+    fn a_cpu_adapter_ends_each_tuning_round_at_its_first_candidate() {
+        use burn::cubecl::throughput::ThroughputError;
+        let Some(device) = wgpu_for_tests() else {
+            return;
+        };
+        let Some(client) = cpu_adapter_client(&device) else {
+            eprintln!("skipped: a GPU adapter tunes as Burn ships it");
+            return;
+        };
+        let stated = client
+            .measure_throughput(LAUNCH, || Err(ThroughputError::Launch))
+            .expect("the probe stated a launch overhead");
+        assert_eq!(stated.duration_per_op(), CPU_LAUNCH_OVERHEAD);
     }
 }
