@@ -278,10 +278,10 @@ impl MultiHeadAttention {
         let v = heads(linear_layer(&self.v_proj, x));
         // [b, t, h, d_k] -> [b, t, h * d_k]: the heads concatenated, as W_O reads them
         let context = flash_attention_heads_last(q, k, v, self.causal).reshape([b, t, d]);
-        Some(
-            self.resid_dropout
-                .forward(linear_layer(&self.o_proj, context)),
-        )
+        Some(headlab_kernels::dropout(
+            &self.resid_dropout,
+            linear_layer(&self.o_proj, context),
+        ))
     }
 
     /// Projects `x` to per-head queries, keys and values. Split from [`attend`](Self::attend) so
@@ -332,7 +332,7 @@ impl MultiHeadAttention {
             // [b, h, t_q, t_k]
             let weights = attention_weights(q, k, self.causal, options.padding_mask);
             // [b, h, t_q, t_k] x [b, h, t_k, d_k] -> [b, h, t_q, d_k]
-            let context = self.attn_dropout.forward(weights.clone()).matmul(v);
+            let context = headlab_kernels::dropout(&self.attn_dropout, weights.clone()).matmul(v);
             (context, Some(weights))
         };
         let head_outputs = options.return_head_outputs.then(|| context.clone());
@@ -360,9 +360,8 @@ impl MultiHeadAttention {
         }
         // [b, h, t_q, d_k] -> [b, t_q, h, d_k] -> [b, t_q, h * d_k]
         let context = context.swap_dims(1, 2).reshape([b, t_q, self.d_model()]);
-        let output = self
-            .resid_dropout
-            .forward(linear_layer(&self.o_proj, context));
+        let output =
+            headlab_kernels::dropout(&self.resid_dropout, linear_layer(&self.o_proj, context));
 
         AttentionOutput {
             output,

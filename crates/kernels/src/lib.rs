@@ -15,11 +15,12 @@
 //! direction on flex's buffers in place (Burn's splits `[b, t, d]` inputs into `b` products and
 //! copies strided operands). [`rotary()`] runs QK-norm and RoPE as one op on the projections'
 //! layout (Burn's dozen single-threaded element-wise ops took 12% of the speedrun step's
-//! thread). [`adamw`] updates a parameter and its moments in one pass, and
+//! thread). [`dropout()`] draws its mask from a counter-based generator, so neither pass stores
+//! it and every core computes a share. [`adamw`] updates a parameter and its moments in one pass, and
 //! [`newton_schulz`] runs Muon's iteration on the gemm. Each falls back to Burn's ops where the
 //! kernels do not run.
 //!
-//! Modules: `flash` (flash attention on host memory), `gelu`, `layer_norm`, `linear` and
+//! Modules: `flash` (flash attention on host memory), `dropout` (the mask), `gelu`, `layer_norm`, `linear` and
 //! `rotary` (the other kernels on host memory), `muon` (Newton-Schulz on host memory), `ops`
 //! (the kernels registered with Burn as ops, with their backward), `adamw` (the one-pass
 //! update), `gemm` (matrix products on strided views), `simd` (run-time CPU-feature dispatch), `uninit` (output buffers written once, never zeroed),
@@ -33,6 +34,7 @@
 
 mod adamw;
 mod device;
+pub mod dropout;
 pub mod flash;
 pub mod gelu;
 mod gemm;
@@ -174,6 +176,33 @@ pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
             .mul_scalar(0.5);
         x * cdf
     }
+}
+
+/// `layer` (Burn's dropout module) on `x`, with its semantics: only while training (the layer's
+/// flag set and gradients on the device), kept values scaled by `1 / (1 - prob)`. Where the
+/// kernels run the mask comes from [`dropout::Mask`], seeded by one draw from the device's
+/// generator (so `Device::seed` still fixes it); elsewhere Burn's layer runs.
+pub fn dropout<const D: usize>(layer: &burn::nn::Dropout, x: Tensor<D>) -> Tensor<D> {
+    let training = layer.training.is_enabled() && x.device().is_autodiff();
+    if !training || layer.prob == 0.0 || !runs_on(&x) {
+        return layer.forward(x);
+    }
+    // Two draws below 2^30 from the device's generator (Int may be i32): a 60-bit seed.
+    let draws = Tensor::<1, burn::tensor::Int>::random(
+        [2],
+        burn::tensor::Distribution::Uniform(0.0, 1_073_741_824.0),
+        &x.device(),
+    );
+    let draws = draws
+        .into_data()
+        .try_into_vec_as::<i64>()
+        .expect("an Int tensor converts to i64");
+    let seed = draws.iter().fold(0u64, |s, &d| (s << 30) ^ d as u64);
+    let mask = dropout::Mask::new(layer.prob, seed);
+    Tensor::from_dispatch(<Dispatch as KernelBackend>::dropout(
+        x.into_dispatch(),
+        mask,
+    ))
 }
 
 /// LayerNorm over the last dimension, `(x - mean) / sqrt(var + epsilon) * gamma + beta` with

@@ -26,6 +26,7 @@ use burn::tensor::TensorData;
 use burn::tensor::{Bytes, DType, Shape};
 
 use crate::adamw::AdamWStep;
+use crate::dropout::Mask;
 use crate::flash::{self, Dims, HeadLayout};
 use crate::rotary::{self, Rotary};
 use crate::{gelu, layer_norm, linear};
@@ -47,6 +48,9 @@ pub trait KernelBackend: Backend {
 
     /// Exact (erf) GELU, elementwise.
     fn gelu(x: FloatTensor<Self>) -> FloatTensor<Self>;
+
+    /// `x` with the elements `mask` drops zeroed and the rest scaled, elementwise.
+    fn dropout(x: FloatTensor<Self>, mask: Mask) -> FloatTensor<Self>;
 
     /// LayerNorm over the last dimension with scale `gamma` and shift `beta`, both `[d]`.
     fn layer_norm(
@@ -171,6 +175,10 @@ macro_rules! host_backend {
                 gelu_forward::<Self>(x)
             }
 
+            fn dropout(x: FloatTensor<Self>, mask: Mask) -> FloatTensor<Self> {
+                dropout_forward::<Self>(x, mask)
+            }
+
             fn layer_norm(
                 x: FloatTensor<Self>,
                 gamma: FloatTensor<Self>,
@@ -243,6 +251,22 @@ impl<B: HostAccess, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
                 prep.finish(Arc::new(saved), y)
             }
             OpsKind::UnTracked(prep) => prep.finish(gelu_forward::<B>(x)),
+        }
+    }
+
+    fn dropout(x: FloatTensor<Self>, mask: Mask) -> FloatTensor<Self> {
+        let prep = DropoutBackward.prepare::<C>([x.node()]);
+        let x = x.into_primitive();
+        match prep.compute_bound().stateful() {
+            OpsKind::Tracked(prep) => {
+                let saved = DropoutSaved {
+                    mask,
+                    shape: x.shape(),
+                    device: x.device(),
+                };
+                prep.finish(saved, dropout_forward::<B>(x, mask))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(dropout_forward::<B>(x, mask)),
         }
     }
 
@@ -452,6 +476,43 @@ fn attention_forward<B: HostAccess>(
         device,
     };
     (out, saved)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Dropout
+
+/// The backward needs only the mask's seed and settings: it computes the mask again.
+#[derive(Debug, Clone)]
+struct DropoutSaved<D> {
+    mask: Mask,
+    shape: Shape,
+    device: D,
+}
+
+#[derive(Debug)]
+struct DropoutBackward;
+
+impl<B: HostAccess> Backward<B, 1> for DropoutBackward {
+    type State = DropoutSaved<DeviceOf<B>>;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let [node_x] = ops.parents.map(|n| n.map(|n| n.id));
+        let d_y = B::to_host(grads.consume::<B>(&ops.node));
+        let s = ops.state;
+        register::<B>(
+            grads,
+            node_x,
+            || s.mask.apply(d_y.as_slice()),
+            &s.shape,
+            &s.device,
+        );
+    }
+}
+
+fn dropout_forward<B: HostAccess>(x: FloatTensor<B>, mask: Mask) -> FloatTensor<B> {
+    let (shape, device) = (x.shape(), x.device());
+    let x = B::to_host(x);
+    B::from_host(mask.apply(x.as_slice()), shape, &device)
 }
 
 // ---------------------------------------------------------------------------------------------

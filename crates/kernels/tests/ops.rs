@@ -5,7 +5,9 @@
 
 use burn::tensor::{Device, Distribution, Tensor};
 use headlab_kernels::to_host;
-use headlab_kernels::{AdamWStep, adamw, adamw_tensor_ops, gelu, layer_norm, linear, runs_on};
+use headlab_kernels::{
+    AdamWStep, adamw, adamw_tensor_ops, dropout, gelu, layer_norm, linear, runs_on,
+};
 
 fn devices() -> Vec<(&'static str, Device)> {
     let plain = [("flex", Device::flex()), ("ndarray", Device::ndarray())];
@@ -286,5 +288,61 @@ fn adamw_matches_the_update_as_burn_ops() {
                 1e-11,
             );
         }
+    }
+}
+
+/// Dropout as Burn's layer defines it, on every CPU backend: with gradients on, each element is
+/// 0 or `x / (1 - p)` and about `p` of them are 0; the gradient is `g / (1 - p)` exactly where
+/// the output kept its element and 0 elsewhere (so the backward drew the forward's mask); the
+/// device's seed fixes the masks; without gradients, or with the layer frozen, `x` comes back.
+#[test]
+fn dropout_keeps_burns_semantics_and_its_gradient_follows_the_mask() {
+    use burn::module::Module;
+    let layer = burn::nn::DropoutConfig::new(0.25).init();
+    for (name, device) in devices() {
+        let x = Tensor::<3>::random([4, 50, 64], Distribution::Normal(0.0, 1.0), &device);
+        if !device.is_autodiff() {
+            let y = dropout(&layer, x.clone());
+            assert_eq!(to_host::<f32, _>(y), to_host::<f32, _>(x), "{name}");
+            continue;
+        }
+        let frozen = layer.clone().freeze();
+        let y = dropout(&frozen, x.clone());
+        assert_eq!(
+            to_host::<f32, _>(y),
+            to_host::<f32, _>(x.clone()),
+            "{name} frozen"
+        );
+        let g = Tensor::<3>::random([4, 50, 64], Distribution::Default, &device);
+        let draw = |seed: u64| {
+            device.seed(seed);
+            let xg = x.clone().require_grad();
+            let y = dropout(&layer, xg.clone());
+            let grads = y.clone().mul(g.clone()).sum().backward();
+            (
+                to_host::<f32, _>(y.inner()),
+                to_host::<f32, _>(xg.grad(&grads).unwrap()),
+            )
+        };
+        let (y, dx) = draw(5);
+        let (xs, gs) = (
+            to_host::<f32, _>(x.clone().inner()),
+            to_host::<f32, _>(g.clone().inner()),
+        );
+        let scale = (1.0 / 0.75) as f32;
+        let mut dropped = 0;
+        for i in 0..y.len() {
+            if y[i] == 0.0 {
+                dropped += 1;
+                assert_eq!(dx[i], 0.0, "{name} element {i}");
+            } else {
+                assert_eq!(y[i], xs[i] * scale, "{name} element {i}");
+                assert_eq!(dx[i], gs[i] * scale, "{name} element {i}");
+            }
+        }
+        // 12,800 elements, p = 0.25: 3,200 expected, 49 one standard deviation.
+        assert!((2_950..3_450).contains(&dropped), "{name}: {dropped}");
+        assert_eq!(draw(5).0, y, "{name}: one seed, one mask");
+        assert_ne!(draw(6).0, y, "{name}: another seed, another mask");
     }
 }

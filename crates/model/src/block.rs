@@ -64,7 +64,7 @@ impl Mlp {
             (Activation::Gelu, Gelu::Tanh) => gelu_tanh(h),
             (Activation::Relu2, _) => relu_squared(h),
         };
-        self.dropout.forward(linear_layer(&self.c_proj, h))
+        headlab_kernels::dropout(&self.dropout, linear_layer(&self.c_proj, h))
     }
 }
 
