@@ -288,7 +288,8 @@ const LAUNCH: burn::cubecl::throughput::ThroughputKey = burn::cubecl::throughput
     mode: burn::cubecl::throughput::ThroughputMode::Launch,
 };
 
-/// The compute client of a wgpu device on a CPU adapter (no card behind it); `None` on a GPU.
+/// The compute client of a wgpu device on a CPU adapter; `None` on a GPU. cubecl-wgpu leaves
+/// `DeviceIdentity::physical` empty exactly for wgpu's `DeviceType::Cpu`.
 #[cfg(feature = "wgpu")]
 fn cpu_adapter_client(device: &Device) -> Option<burn::cubecl::client::Client> {
     let on_a_card = device.identity().is_none_or(|id| id.physical.is_some());
