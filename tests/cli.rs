@@ -243,6 +243,39 @@ fn same_seed_same_losses_and_resume_continues_exactly() {
     assert_ne!(metrics(&dir.path().join("d")), a, "the seed is ignored");
 }
 
+/// With dropout the masks come from `(seed, step)` too: the same seed gives the same losses,
+/// a stopped run resumes to the straight run's losses, and dropout changes them.
+#[test]
+fn dropout_runs_repeat_and_resume_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let schedule = |steps: &'static str| {
+        [
+            "--set",
+            steps,
+            "--set",
+            "train.eval_interval=10",
+            "--set",
+            "train.lr_decay_iters=20",
+            "--set",
+            "model.dropout=0.2",
+        ]
+    };
+    train(dir.path(), "a", &schedule("train.max_iters=20"));
+    train(dir.path(), "b", &schedule("train.max_iters=20"));
+    let a = metrics(&dir.path().join("a"));
+    assert_eq!(a, metrics(&dir.path().join("b")), "same seed, other losses");
+    train(dir.path(), "c", &schedule("train.max_iters=10"));
+    ok(&headlab(
+        &["train", "--resume", "c", "--set", "train.max_iters=20"],
+        dir.path(),
+    ));
+    assert_eq!(metrics(&dir.path().join("c")), a, "resumed run differs");
+    let mut off = schedule("train.max_iters=20").to_vec();
+    off.extend(["--set", "model.dropout=0"]);
+    train(dir.path(), "d", &off);
+    assert_ne!(metrics(&dir.path().join("d")), a, "dropout changed nothing");
+}
+
 #[test]
 fn byte_tokenizer_trains_on_any_utf8() {
     let dir = tempfile::tempdir().unwrap();

@@ -258,18 +258,19 @@ impl MultiHeadAttention {
 
     /// Self-attention without hooks on headlab's flash kernel, with Q, K and V left in the
     /// projections' `[b, t, h, d_k]` layout (no head transposes either way), queries and keys
-    /// through `position` first. `None` where it does not apply: grouped K/V, dropout on the
-    /// weights while training, or a backend the kernel does not run on;
+    /// through `position` first, dropout on the weights inside the kernel. `None` where it does
+    /// not apply: grouped K/V, or a backend the kernel does not run on;
     /// [`project`](Self::project), `position` and [`attend`](Self::attend) compute the same
-    /// there.
+    /// there (with dropout, under another draw of the mask).
     ///
     /// # Shapes
     /// `x [b, t, d_model] -> [b, t, d_model]`
     pub fn forward_direct(&self, x: Tensor<3>, position: Position) -> Option<Tensor<3>> {
-        let dropout = x.device().is_autodiff() && self.attn_dropout.prob > 0.0;
-        if dropout || self.n_kv_heads != self.n_heads || !headlab_kernels::runs_on(&x) {
+        if self.n_kv_heads != self.n_heads || !headlab_kernels::runs_on(&x) {
             return None;
         }
+        // Dropout on the weights runs inside the kernel, as the weights never exist here.
+        let drop = headlab_kernels::dropout_mask(&self.attn_dropout, &x.device());
         let [b, t, d] = x.dims();
         // [b, t, h * d_k] -> [b, t, h, d_k]: a view of the projection's output
         let heads = |y: Tensor<3>| y.reshape([b, t, self.n_heads, self.d_k]);
@@ -277,7 +278,7 @@ impl MultiHeadAttention {
         let k = position.heads_last(heads(linear_layer(&self.k_proj, x.clone())));
         let v = heads(linear_layer(&self.v_proj, x));
         // [b, t, h, d_k] -> [b, t, h * d_k]: the heads concatenated, as W_O reads them
-        let context = flash_attention_heads_last(q, k, v, self.causal).reshape([b, t, d]);
+        let context = flash_attention_heads_last(q, k, v, self.causal, drop).reshape([b, t, d]);
         Some(headlab_kernels::dropout(
             &self.resid_dropout,
             linear_layer(&self.o_proj, context),

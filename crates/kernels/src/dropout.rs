@@ -46,6 +46,17 @@ impl Mask {
         z >> 32 >= self.threshold
     }
 
+    /// `x`, the elements from index `start` on, masked in place (as [`Mask::apply`]).
+    pub fn apply_in_place(&self, start: usize, x: &mut [f32]) {
+        for (i, v) in x.iter_mut().enumerate() {
+            *v = if self.keeps(start + i) {
+                *v * self.scale
+            } else {
+                0.0
+            };
+        }
+    }
+
     /// `x` with the dropped elements zeroed and the kept ones scaled: the forward on the
     /// input, and the backward on the output's gradient (the same mask, the same scale).
     pub fn apply(&self, x: &[f32]) -> Vec<f32> {

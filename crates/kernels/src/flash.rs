@@ -8,9 +8,15 @@
 //! `[b, t, h, d_k]` ([`HeadLayout::HeadsLast`], no transposes). Work runs on rayon's pool:
 //! per head with heads first; with heads last, per query block in the forward and per
 //! sequence in the backward (whose key gradients add up over the blocks).
+//!
+//! With a dropout [`Mask`] the probabilities are masked after the softmax (the log-sum-exp is
+//! the unmasked one), element `(b, h, i, j)` by index `((b h_n + h) t_q + i) t_k + j` whatever
+//! the layout; the backward draws the same mask again, so dropout keeps this path too. The
+//! row sums `D = rowsum(dO * O)` stay as they are: `O` is the masked output.
 
 use rayon::prelude::*;
 
+use crate::dropout::Mask;
 use crate::gemm::{View, matmul};
 use crate::simd::{self, Seen};
 
@@ -53,6 +59,11 @@ impl Dims {
             first: self.visible(i0, causal),
             step: usize::from(causal),
         }
+    }
+
+    /// The dropout index of head `h` of sequence `b`'s query `i`, key 0 (module docs).
+    fn mask_row(&self, b: usize, h: usize, i: usize) -> usize {
+        ((b * self.heads + h) * self.t_q + i) * self.t_k
     }
 
     /// Distance between consecutive rows of one head.
@@ -134,6 +145,7 @@ pub fn forward(
     layout: HeadLayout,
     scale: f32,
     causal: bool,
+    drop: Option<Mask>,
 ) -> (Vec<f32>, Vec<f32>) {
     check(q, k, v, dims, causal);
     let Dims {
@@ -173,6 +185,11 @@ pub fn forward(
         simd::softmax_rows(p, n, dims.seen(i0, causal), &mut row_lse[..m]);
         for (r, l) in row_lse[..m].iter().enumerate() {
             lse[r * lse_rs] = *l;
+        }
+        if let Some(mask) = drop {
+            for (r, row) in p.chunks_mut(n).enumerate() {
+                mask.apply_in_place(dims.mask_row(b, h, i0 + r), row);
+            }
         }
         // [m, n] x [n, d_k] -> [m, d_k]
         matmul(o, rs, View::rows(p, m, n), v_h.rows(0, n), 1.0, false);
@@ -244,6 +261,7 @@ pub fn backward(
     layout: HeadLayout,
     scale: f32,
     causal: bool,
+    drop: Option<Mask>,
 ) -> (Vec<f32>, Vec<f32>, Vec<f32>) {
     check(q, k, v, dims, causal);
     let Dims {
@@ -283,7 +301,7 @@ pub fn backward(
             dims.head(k, layout, b, h, t_k),
             dims.head(v, layout, b, h, t_k),
         );
-        let (mut p, mut dp) = (Vec::new(), Vec::new());
+        let (mut p, mut dp, mut z) = (Vec::new(), Vec::new(), Vec::new());
         let (mut row_lse, mut row_d) = ([0.0f32; BLOCK_Q], [0.0f32; BLOCK_Q]);
         for i0 in (0..t_q).step_by(BLOCK_Q) {
             let m = BLOCK_Q.min(t_q - i0);
@@ -299,10 +317,20 @@ pub fn backward(
             // Recompute P = exp(scale * q k^T - lse): [m, d_k] x [d_k, n] -> [m, n]
             matmul(&mut p, n, q_blk, k_h.rows_t(n), scale, false);
             simd::exp_rows(&mut p, n, dims.seen(i0, causal), &row_lse[..m]);
-            // dV[..n] += P^T dO: [n, m] x [m, d_k]
-            matmul(dv, rs, View::rows_t(&p, m, n), do_blk, 1.0, true);
             // dP = dO V^T: [m, d_k] x [d_k, n] -> [m, n]
             matmul(&mut dp, n, do_blk, v_h.rows_t(n), 1.0, false);
+            if let Some(mask) = drop {
+                // With dropout the output read Z = P * M: dV from Z, and dP through M.
+                z.clone_from(&p);
+                for (r, (z_r, dp_r)) in z.chunks_mut(n).zip(dp.chunks_mut(n)).enumerate() {
+                    let at = dims.mask_row(b, h, i0 + r);
+                    mask.apply_in_place(at, z_r);
+                    mask.apply_in_place(at, dp_r);
+                }
+            }
+            let read = if drop.is_some() { &z } else { &p };
+            // dV[..n] += Z^T dO: [n, m] x [m, d_k]
+            matmul(dv, rs, View::rows_t(read, m, n), do_blk, 1.0, true);
             // dS = P * (dP - D) * scale, written over P
             simd::softmax_backward_rows(&mut p, &dp, n, &row_d[..m], scale);
             // dQ[blk] = dS K: [m, n] x [n, d_k]
@@ -496,6 +524,7 @@ mod tests {
                 self.layout,
                 scale,
                 causal,
+                None,
             );
             (self.back(&out, t_q), lse)
         }
@@ -516,7 +545,7 @@ mod tests {
                 self.to(v, t_k),
                 self.to(d_out, t_q),
             );
-            let (out, lse) = forward(&q, &k, &v, self.dims, self.layout, scale, causal);
+            let (out, lse) = forward(&q, &k, &v, self.dims, self.layout, scale, causal, None);
             let (dq, dk, dv) = backward(
                 &q,
                 &k,
@@ -528,6 +557,7 @@ mod tests {
                 self.layout,
                 scale,
                 causal,
+                None,
             );
             [
                 self.back(&dq, t_q),
@@ -651,6 +681,7 @@ mod tests {
                 HeadLayout::HeadsFirst,
                 1.0,
                 true,
+                None,
             )
         });
         assert!(r.is_err());

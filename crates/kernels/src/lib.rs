@@ -118,12 +118,14 @@ pub fn flash_attention(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>, causal: bool) -
         v.into_dispatch(),
         causal,
         false,
+        None,
     );
     Tensor::from_dispatch(out)
 }
 
 /// [`flash_attention`] on the projections' own layout, `[b, t, h, d_k]` in and out, so no
-/// head transposes are made in either direction.
+/// head transposes are made in either direction; with `drop` ([`dropout_mask`]), dropout on
+/// the attention probabilities inside the kernel.
 ///
 /// # Panics
 /// Unless [`supports`] holds for the inputs with heads and positions swapped.
@@ -135,6 +137,7 @@ pub fn flash_attention_heads_last(
     k: Tensor<4>,
     v: Tensor<4>,
     causal: bool,
+    drop: Option<dropout::Mask>,
 ) -> Tensor<4> {
     let ([b, t_q, h, d_k], [kb, t_k, kh, kd]) = (q.dims(), k.dims());
     assert!(
@@ -153,6 +156,7 @@ pub fn flash_attention_heads_last(
         v.into_dispatch(),
         causal,
         true,
+        drop,
     );
     Tensor::from_dispatch(out)
 }
@@ -183,26 +187,37 @@ pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 /// kernels run the mask comes from [`dropout::Mask`], seeded by one draw from the device's
 /// generator (so `Device::seed` still fixes it); elsewhere Burn's layer runs.
 pub fn dropout<const D: usize>(layer: &burn::nn::Dropout, x: Tensor<D>) -> Tensor<D> {
-    let training = layer.training.is_enabled() && x.device().is_autodiff();
-    if !training || layer.prob == 0.0 || !runs_on(&x) {
-        return layer.forward(x);
+    match dropout_mask(layer, &x.device()) {
+        Some(mask) if runs_on(&x) => Tensor::from_dispatch(<Dispatch as KernelBackend>::dropout(
+            x.into_dispatch(),
+            mask,
+        )),
+        _ => layer.forward(x),
     }
-    // Two draws below 2^30 from the device's generator (Int may be i32): a 60-bit seed.
+}
+
+/// The mask `layer` applies on `device` now: `None` where it applies none (not training, or
+/// `prob` 0), else a fresh one seeded by two draws from the device's generator.
+pub fn dropout_mask(
+    layer: &burn::nn::Dropout,
+    device: &burn::tensor::Device,
+) -> Option<dropout::Mask> {
+    let training = layer.training.is_enabled() && device.is_autodiff();
+    if !training || layer.prob == 0.0 {
+        return None;
+    }
+    // Two draws below 2^30 (Int may be i32): a 60-bit seed.
     let draws = Tensor::<1, burn::tensor::Int>::random(
         [2],
         burn::tensor::Distribution::Uniform(0.0, 1_073_741_824.0),
-        &x.device(),
+        device,
     );
     let draws = draws
         .into_data()
         .try_into_vec_as::<i64>()
         .expect("an Int tensor converts to i64");
     let seed = draws.iter().fold(0u64, |s, &d| (s << 30) ^ d as u64);
-    let mask = dropout::Mask::new(layer.prob, seed);
-    Tensor::from_dispatch(<Dispatch as KernelBackend>::dropout(
-        x.into_dispatch(),
-        mask,
-    ))
+    Some(dropout::Mask::new(layer.prob, seed))
 }
 
 /// LayerNorm over the last dimension, `(x - mean) / sqrt(var + epsilon) * gamma + beta` with

@@ -37,13 +37,15 @@ use crate::{gelu, layer_norm, linear};
 #[cfg_attr(not(feature = "ndarray"), backend_extension(Flex, Autodiff))]
 pub trait KernelBackend: Backend {
     /// `softmax(q k^T / sqrt(d_k) + causal mask) v` for `q [b, h, t_q, d_k]`,
-    /// `k, v [b, h, t_k, d_k]`, or `[b, t, h, d_k]` each with `heads_last`.
+    /// `k, v [b, h, t_k, d_k]`, or `[b, t, h, d_k]` each with `heads_last`; with `drop`, the
+    /// probabilities go through that dropout mask before `v` (`flash`'s module docs).
     fn flash_attention(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         causal: bool,
         heads_last: bool,
+        drop: Option<Mask>,
     ) -> FloatTensor<Self>;
 
     /// Exact (erf) GELU, elementwise.
@@ -167,8 +169,9 @@ macro_rules! host_backend {
                 v: FloatTensor<Self>,
                 causal: bool,
                 heads_last: bool,
+                drop: Option<Mask>,
             ) -> FloatTensor<Self> {
-                attention_forward::<Self>(q, k, v, causal, heads_last).0
+                attention_forward::<Self>(q, k, v, causal, heads_last, drop).0
             }
 
             fn gelu(x: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -228,16 +231,17 @@ impl<B: HostAccess, C: CheckpointStrategy> KernelBackend for Autodiff<B, C> {
         v: FloatTensor<Self>,
         causal: bool,
         heads_last: bool,
+        drop: Option<Mask>,
     ) -> FloatTensor<Self> {
         let prep = FlashBackward.prepare::<C>([q.node(), k.node(), v.node()]);
         let (q, k, v) = (q.into_primitive(), k.into_primitive(), v.into_primitive());
         match prep.compute_bound().stateful() {
             OpsKind::Tracked(prep) => {
-                let (out, saved) = attention_forward::<B>(q, k, v, causal, heads_last);
+                let (out, saved) = attention_forward::<B>(q, k, v, causal, heads_last, drop);
                 prep.finish(Arc::new(saved), out)
             }
             OpsKind::UnTracked(prep) => {
-                prep.finish(attention_forward::<B>(q, k, v, causal, heads_last).0)
+                prep.finish(attention_forward::<B>(q, k, v, causal, heads_last, drop).0)
             }
         }
     }
@@ -391,6 +395,7 @@ struct AttentionSaved<D> {
     layout: HeadLayout,
     scale: f32,
     causal: bool,
+    drop: Option<Mask>,
     device: D,
 }
 
@@ -415,6 +420,7 @@ impl<B: HostAccess> Backward<B, 3> for FlashBackward {
             s.layout,
             s.scale,
             s.causal,
+            s.drop,
         );
         register::<B>(grads, node_q, || dq, &s.q_shape, &s.device);
         register::<B>(grads, node_k, || dk, &s.k_shape, &s.device);
@@ -429,6 +435,7 @@ fn attention_forward<B: HostAccess>(
     v: FloatTensor<B>,
     causal: bool,
     heads_last: bool,
+    drop: Option<Mask>,
 ) -> (FloatTensor<B>, AttentionSaved<DeviceOf<B>>) {
     let (q_shape, k_shape, device) = (q.shape(), k.shape(), q.device());
     let ([b, d1, d2, d_k], t_k) = (q_shape.dims(), k_shape[if heads_last { 1 } else { 2 }]);
@@ -458,6 +465,7 @@ fn attention_forward<B: HostAccess>(
         layout,
         scale,
         causal,
+        drop,
     );
     let out = B::from_host(out, q_shape.clone(), &device);
     let saved_out = B::to_host(out.clone());
@@ -473,6 +481,7 @@ fn attention_forward<B: HostAccess>(
         layout,
         scale,
         causal,
+        drop,
         device,
     };
     (out, saved)
