@@ -16,14 +16,15 @@
 //! copies strided operands). [`rotary()`] runs QK-norm and RoPE as one op on the projections'
 //! layout (Burn's dozen single-threaded element-wise ops took 12% of the speedrun step's
 //! thread). [`dropout()`] draws its mask from a counter-based generator, so neither pass stores
-//! it and every core computes a share. [`adamw`] updates a parameter and its moments in one pass, and
-//! [`newton_schulz`] runs Muon's iteration on the gemm. Each falls back to Burn's ops where the
-//! kernels do not run.
+//! it and every core computes a share. [`adamw`] updates a parameter and its moments in one
+//! pass, and [`newton_schulz`] runs Muon's iteration on the gemm. Each falls back to Burn's ops
+//! where the kernels do not run.
 //!
-//! Modules: `flash` (flash attention on host memory), `dropout` (the mask), `gelu`, `layer_norm`, `linear` and
-//! `rotary` (the other kernels on host memory), `muon` (Newton-Schulz on host memory), `ops`
-//! (the kernels registered with Burn as ops, with their backward), `adamw` (the one-pass
-//! update), `gemm` (matrix products on strided views), `simd` (run-time CPU-feature dispatch), `uninit` (output buffers written once, never zeroed),
+//! Modules: `flash` (flash attention on host memory), `dropout` (the mask), `gelu`,
+//! `layer_norm`, `linear` and `rotary` (the other kernels on host memory), `muon`
+//! (Newton-Schulz on host memory), `ops` (the kernels registered with Burn as ops, with their
+//! backward), `adamw` (the one-pass update), `gemm` (matrix products on strided views), `simd`
+//! (run-time CPU-feature dispatch), `uninit` (output buffers written once, never zeroed),
 //! `toggle` (kernels off per thread; test-only wrong kernels), `device` (backends by name, a
 //! wgpu device that works, the compute pool) and `memory` (the allocator's freed pages, peak
 //! RSS).
@@ -184,15 +185,19 @@ pub fn gelu<const D: usize>(x: Tensor<D>) -> Tensor<D> {
 
 /// `layer` (Burn's dropout module) on `x`, with its semantics: only while training (the layer's
 /// flag set and gradients on the device), kept values scaled by `1 / (1 - prob)`. Where the
-/// kernels run the mask comes from [`dropout::Mask`], seeded by one draw from the device's
-/// generator (so `Device::seed` still fixes it); elsewhere Burn's layer runs.
+/// kernels run the mask comes from [`dropout::Mask`], seeded from the device's generator (so
+/// `Device::seed` still fixes it); elsewhere Burn's layer runs.
 pub fn dropout<const D: usize>(layer: &burn::nn::Dropout, x: Tensor<D>) -> Tensor<D> {
-    match dropout_mask(layer, &x.device()) {
-        Some(mask) if runs_on(&x) => Tensor::from_dispatch(<Dispatch as KernelBackend>::dropout(
+    // Asked only where the kernels run: the seed's draws are a read back from the device.
+    let mask = runs_on(&x)
+        .then(|| dropout_mask(layer, &x.device()))
+        .flatten();
+    match mask {
+        Some(mask) => Tensor::from_dispatch(<Dispatch as KernelBackend>::dropout(
             x.into_dispatch(),
             mask,
         )),
-        _ => layer.forward(x),
+        None => layer.forward(x),
     }
 }
 
