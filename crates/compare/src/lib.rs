@@ -268,8 +268,8 @@ struct Run {
 }
 
 /// Trains `steps` steps on `device` from the weights in `init`, as `headlab train` would,
-/// saying how long each took (`name`'s first step on a GPU backend compiles its kernels:
-/// minutes on a CPU adapter, which would otherwise pass in silence).
+/// saying how long each took (`name`'s first step on a GPU backend compiles its kernels: up to
+/// a minute on a CPU adapter, which would otherwise pass in silence).
 fn run_backend(
     name: &str,
     config: &RunConfig,
@@ -531,7 +531,7 @@ fn run_candidate(
     eprintln!("compare: {name}: {steps} steps");
     if headlab_kernels::adapter_name(&device).is_some() {
         eprintln!(
-            "compare: {name}: the first step compiles and tunes its kernels (seconds on a GPU, minutes on a CPU adapter)"
+            "compare: {name}: the first step compiles and tunes its kernels (seconds on a GPU, up to a minute on a CPU adapter)"
         );
     }
     let run = headlab_kernels::with_kernels(kernels, || {
