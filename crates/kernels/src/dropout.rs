@@ -46,15 +46,9 @@ impl Mask {
         z >> 32 >= self.threshold
     }
 
-    /// `x`, the elements from index `start` on, masked in place (as [`Mask::apply`]).
-    pub fn apply_in_place(&self, start: usize, x: &mut [f32]) {
-        for (i, v) in x.iter_mut().enumerate() {
-            *v = if self.keeps(start + i) {
-                *v * self.scale
-            } else {
-                0.0
-            };
-        }
+    /// The factor element `i` is multiplied by: `1 / (1 - p)` if kept, else 0.
+    pub fn factor(&self, i: usize) -> f32 {
+        if self.keeps(i) { self.scale } else { 0.0 }
     }
 
     /// `x` with the dropped elements zeroed and the kept ones scaled: the forward on the
@@ -64,7 +58,7 @@ impl Mask {
         x.par_iter()
             .enumerate()
             .with_min_len(CHUNK)
-            .map(|(i, &v)| if self.keeps(i) { v * self.scale } else { 0.0 })
+            .map(|(i, &v)| v * self.factor(i))
             .collect_into_vec(&mut out);
         out
     }

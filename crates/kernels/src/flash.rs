@@ -188,7 +188,10 @@ pub fn forward(
         }
         if let Some(mask) = drop {
             for (r, row) in p.chunks_mut(n).enumerate() {
-                mask.apply_in_place(dims.mask_row(b, h, i0 + r), row);
+                let at = dims.mask_row(b, h, i0 + r);
+                row.iter_mut()
+                    .enumerate()
+                    .for_each(|(j, p)| *p *= mask.factor(at + j));
             }
         }
         // [m, n] x [n, d_k] -> [m, d_k]
@@ -320,12 +323,16 @@ pub fn backward(
             // dP = dO V^T: [m, d_k] x [d_k, n] -> [m, n]
             matmul(&mut dp, n, do_blk, v_h.rows_t(n), 1.0, false);
             if let Some(mask) = drop {
-                // With dropout the output read Z = P * M: dV from Z, and dP through M.
-                z.clone_from(&p);
-                for (r, (z_r, dp_r)) in z.chunks_mut(n).zip(dp.chunks_mut(n)).enumerate() {
+                // With dropout the output read Z = P * M: dV from Z, and dP through M; one
+                // draw of M per element serves both.
+                z.resize(m * n, 0.0);
+                for r in 0..m {
                     let at = dims.mask_row(b, h, i0 + r);
-                    mask.apply_in_place(at, z_r);
-                    mask.apply_in_place(at, dp_r);
+                    for j in r * n..(r + 1) * n {
+                        let f = mask.factor(at + j - r * n);
+                        z[j] = p[j] * f;
+                        dp[j] *= f;
+                    }
                 }
             }
             let read = if drop.is_some() { &z } else { &p };
