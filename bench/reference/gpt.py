@@ -278,20 +278,21 @@ class Muon(torch.optim.Optimizer):
     """Nesterov momentum, orthogonalized (Muon), for matrices in PyTorch's [out, in] layout:
 
         buf = momentum buf + g;  u = g + momentum buf
+        W  *= 1 - lr weight_decay
         W  -= lr sqrt(max(1, out / in)) orthogonalize(u)
 
     The factor keeps the update's RMS per output row comparable for tall matrices (c_fc).
-    No weight decay; f32 throughout.
+    Weight decay (train.muon_weight_decay) is decoupled and off by default; f32 throughout.
     """
 
-    def __init__(self, params, lr, momentum=0.95):
-        super().__init__(params, {"lr": lr, "momentum": momentum})
+    def __init__(self, params, lr, momentum=0.95, weight_decay=0.0):
+        super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay})
 
     @torch.no_grad()
     def step(self, closure=None):
         assert closure is None, "Muon takes no closure"
         for group in self.param_groups:
-            lr, momentum = group["lr"], group["momentum"]
+            lr, momentum, decay = group["lr"], group["momentum"], group["weight_decay"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
@@ -302,6 +303,8 @@ class Muon(torch.optim.Optimizer):
                 buf.mul_(momentum).add_(p.grad)
                 update = orthogonalize(p.grad.add(buf, alpha=momentum))
                 rows, cols = p.shape
+                if decay > 0:
+                    p.mul_(1.0 - lr * decay)
                 p.add_(update, alpha=-lr * math.sqrt(max(1.0, rows / cols)))
 
 
@@ -312,7 +315,8 @@ def muon_params(model):
     return [p for p in model.blocks.parameters() if p.dim() == 2]
 
 
-def optimizers(model, kind, lr, betas, weight_decay, muon_lr=0.02, muon_momentum=0.95):
+def optimizers(model, kind, lr, betas, weight_decay, muon_lr=0.02, muon_momentum=0.95,
+               muon_weight_decay=0.0):
     """`kind` "adamw": one AdamW over everything (as `adamw`). "muon": Muon for
     `muon_params`, AdamW (lr, betas, weight_decay as given) for the rest. A list either way;
     the caller clips the global norm over all parameters, then steps each."""
@@ -323,6 +327,6 @@ def optimizers(model, kind, lr, betas, weight_decay, muon_lr=0.02, muon_momentum
     matrices = {id(p) for p in muon_params(model)}
     rest = [p for p in model.parameters() if id(p) not in matrices]
     return [
-        Muon(muon_params(model), muon_lr, muon_momentum),
+        Muon(muon_params(model), muon_lr, muon_momentum, muon_weight_decay),
         adamw(model, lr, betas, weight_decay, params=rest),
     ]

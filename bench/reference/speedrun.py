@@ -42,7 +42,8 @@ KEYS = {
         "batch_size": 24, "max_iters": 2200, "lr": 4e-3, "min_lr": 2e-4, "warmup_iters": 50,
         "lr_decay_iters": None, "beta1": 0.9, "beta2": 0.99, "weight_decay": 0.1,
         "grad_clip": 1.0, "eval_iters": 20, "seed": 1337, "optimizer": "adamw",
-        "muon_lr": 0.02, "muon_momentum": 0.95, "schedule": "cosine", "cooldown_fraction": 0.2,
+        "muon_lr": 0.02, "muon_momentum": 0.95, "muon_weight_decay": 0.0, "schedule": "cosine",
+        "cooldown_fraction": 0.2,
         "sample_temperature": 1.0,
     },
     "data": {"path": None, "val_fraction": 0.1},
@@ -211,7 +212,8 @@ def speedrun(config_path, seed=None, max_seconds=None, compile=False):
     torch.manual_seed(seed)
     model = Gpt(GptConfig(vocab_size=len(chars), **m))
     opts = optimizers(model, t["optimizer"], t["lr"], (t["beta1"], t["beta2"]),
-                      t["weight_decay"], t["muon_lr"], t["muon_momentum"])
+                      t["weight_decay"], t["muon_lr"], t["muon_momentum"],
+                      t["muon_weight_decay"])
     for opt in opts:
         for g in opt.param_groups:
             g["peak_lr"] = g["lr"]

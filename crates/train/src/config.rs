@@ -69,6 +69,10 @@ pub struct TrainConfig {
     pub muon_lr: f64,
     /// Muon's Nesterov momentum. Default 0.95.
     pub muon_momentum: f64,
+    /// Decoupled weight decay of Muon's matrices: each step scales them by `1 - muon_lr_t *
+    /// muon_weight_decay` before the update (`weight_decay` is AdamW's and reaches only the
+    /// parameters AdamW updates). Default 0: off.
+    pub muon_weight_decay: f64,
     /// The learning-rate schedule after warm-up: `cosine` decay to `min_lr` by
     /// `lr_decay_iters` (nanoGPT), or `wsd`, warmup-stable-decay: `lr` until the last
     /// `cooldown_fraction` of `max_iters`, then linearly down to `min_lr` (Hägele et al. 2024,
@@ -132,6 +136,7 @@ impl Default for TrainConfig {
             optimizer: OptimizerKind::Adamw,
             muon_lr: 0.02,
             muon_momentum: 0.95,
+            muon_weight_decay: 0.0,
             schedule: Schedule::Cosine,
             cooldown_fraction: 0.2,
             final_eval_tokens: 1_000_000,
@@ -516,7 +521,7 @@ impl TrainConfig {
                 return Err(ValidationError::Zero { field, default });
             }
         }
-        let range_checks: [(&'static str, f64, bool, &'static str); 10] = [
+        let range_checks: [(&'static str, f64, bool, &'static str); 11] = [
             (
                 "train.lr",
                 t.lr,
@@ -570,6 +575,12 @@ impl TrainConfig {
                 t.muon_momentum,
                 (0.0..1.0).contains(&t.muon_momentum),
                 "in [0, 1) (e.g. 0.95)",
+            ),
+            (
+                "train.muon_weight_decay",
+                t.muon_weight_decay,
+                t.muon_weight_decay.is_finite() && t.muon_weight_decay >= 0.0,
+                "at least 0 (0 turns it off)",
             ),
             (
                 "train.cooldown_fraction",
@@ -1116,7 +1127,7 @@ mod tests {
         let ConfigError::SetUnknownKey { valid, .. } = err else {
             panic!("wrong variant")
         };
-        assert_eq!(valid.len(), 26);
+        assert_eq!(valid.len(), 27);
         assert_eq!(section_fields("model").unwrap().len(), 20);
         assert_eq!(section_fields("data").unwrap().len(), 7);
         assert!(matches!(
@@ -1181,6 +1192,11 @@ mod tests {
             ("train.beta1=1", "", "train.beta1"),
             ("train.beta2=1.5", "", "train.beta2"),
             ("train.weight_decay=-0.1", "", "train.weight_decay"),
+            (
+                "train.muon_weight_decay=-0.1",
+                "",
+                "train.muon_weight_decay",
+            ),
             ("train.grad_clip=-1", "", "train.grad_clip"),
             ("data.val_fraction=0", "", "data.val_fraction"),
             ("data.val_fraction=1", "", "data.val_fraction"),

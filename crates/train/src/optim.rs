@@ -40,6 +40,9 @@ pub struct MuonConfig {
     pub lr_ratio: f64,
     /// Momentum of the Nesterov buffer (0.95 in the speedrun).
     pub momentum: f64,
+    /// Decoupled decay: the matrix is scaled by `1 - lr * weight_decay` (Muon's scheduled
+    /// rate, without the shape scale) before the update; 0 leaves it untouched.
+    pub weight_decay: f64,
 }
 
 /// Newton-Schulz steps Muon takes.
@@ -187,8 +190,14 @@ impl ModuleMapper for Update<'_> {
             // Burn's [d_in, d_out] is PyTorch's [d_out, d_in] transposed: the write-up's
             // sqrt(max(1, rows / cols)) over PyTorch's layout is sqrt(max(1, d_out / d_in)).
             let scale = (d_out as f64 / d_in as f64).max(1.0).sqrt();
-            let lr = self.lr * muon.lr_ratio * scale;
-            let updated = p.reshape([d_in, d_out]) - ortho.mul_scalar(lr);
+            let lr = self.lr * muon.lr_ratio;
+            let p = p.reshape([d_in, d_out]);
+            let p = if muon.weight_decay > 0.0 {
+                p.mul_scalar(1.0 - lr * muon.weight_decay)
+            } else {
+                p
+            };
+            let updated = p - ortho.mul_scalar(lr * scale);
             let mut updated = Tensor::from_inner(updated.reshape(shape));
             if require_grad {
                 updated = updated.require_grad();
@@ -631,8 +640,8 @@ mod muon_tests {
     }
 
     /// Three Muon steps on a block matrix against the update written out in f64 (momentum,
-    /// Nesterov, the quintic on the singular values, the shape scale); the head beside it
-    /// stays AdamW's.
+    /// Nesterov, the quintic on the singular values, the shape scale, the decoupled decay);
+    /// the head beside it stays AdamW's.
     #[test]
     fn muon_updates_block_matrices_and_leaves_the_rest_to_adamw() {
         let device = Device::flex().autodiff();
@@ -656,6 +665,7 @@ mod muon_tests {
             muon: Some(MuonConfig {
                 lr_ratio: 10.0,
                 momentum: 0.95,
+                weight_decay: 0.5,
             }),
         };
         let mut optim = Optimizer::new(config);
@@ -731,10 +741,13 @@ mod muon_tests {
                 })
                 .collect();
             let ortho = matmul(&us, &transpose(&v));
+            // Decoupled decay at Muon's rate (lr * 10), then the update at that rate times
+            // the shape scale.
+            let decay = 1.0 - lr * 10.0 * 0.5;
             let step = lr * 10.0 * (d_out as f64 / d_in as f64).sqrt();
             for i in 0..d_in {
                 for j in 0..d_out {
-                    w[i][j] -= step * ortho[i][j];
+                    w[i][j] = decay * w[i][j] - step * ortho[i][j];
                 }
             }
         }

@@ -105,6 +105,7 @@ pub fn optimizer_config(train: &TrainConfig) -> OptimizerConfig {
         muon: (train.optimizer == OptimizerKind::Muon).then(|| MuonConfig {
             lr_ratio: train.muon_lr / train.lr,
             momentum: train.muon_momentum,
+            weight_decay: train.muon_weight_decay,
         }),
     }
 }
