@@ -1,7 +1,9 @@
 """headlab's speedrun switches trained in PyTorch, to set beside `headlab train` on one config.
 
     python bench/reference/speedrun.py --config configs/shakespeare-char-speedrun.toml \\
-        [--seed N] [--max-seconds S] [--compile] [--threads N] --out FILE
+        [--set section.key=value ...] [--seed N] [--max-seconds S] [--compile] [--threads N] \\
+        --out FILE
+    python bench/reference/speedrun.py --config FILE [--set ...] --check   # can it train that?
 
 reads the run config as headlab does ([model], [train], [data]; a key left out takes
 headlab's default), trains gpt.py's model with the optimizer and schedule the config names,
@@ -73,10 +75,13 @@ OPTIONAL = {("model", "logit_softcap"): 0.0, ("train", "lr_decay_iters"): 0,
             ("data", "path"): ""}
 
 
-def load_config(path):
-    """`{section: {key: value}}` with every key of KEYS, or ValueError naming the key."""
+def load_config(path, sets=()):
+    """`{section: {key: value}}` with every key of KEYS, the file's values overridden by
+    `sets` (`headlab train --set` arguments), or ValueError naming the key."""
     with open(path, "rb") as f:
         raw = tomllib.load(f)
+    for assignment in sets:
+        apply_set(raw, assignment)
     for section in raw:
         if section not in KEYS:
             raise ValueError(f"{path}: unknown section [{section}]; expected model, train, data")
@@ -103,6 +108,29 @@ def load_config(path):
                                  f"{', '.join(CHOICES[section, key])}")
         out[section] = {k: given.get(k, default) for k, default in keys.items()}
     return out
+
+
+def apply_set(raw, assignment):
+    """One `section.key=value` into the file's dictionary, the value read as headlab reads it
+    (crates/train/src/config.rs, `RunConfig::apply_set`): a TOML value (`3e-4`, `true`,
+    `"x"`), else the bare string (`rope`); a key that takes a string keeps the text as
+    written (`data.path=2024.txt`). load_config then checks it like a value from the file.
+    As in headlab, setting data.path drops data.builtin."""
+    key, eq, text = assignment.partition("=")
+    section, dot, field = key.strip().partition(".")
+    if not eq or not dot or not field:
+        raise ValueError(f"--set {assignment!r}: expected section.key=value, e.g. train.lr=3e-4")
+    text = text.strip()
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    like = OPTIONAL.get((section, field), KEYS.get(section, {}).get(field))
+    if isinstance(like, str) and not isinstance(value, str):
+        value = text
+    raw.setdefault(section, {})[field] = value
+    if (section, field) == ("data", "path"):
+        raw["data"].pop("builtin", None)
 
 
 def same_type(value, default):
@@ -200,11 +228,11 @@ def sample(model, chars, prompt, n, temperature, seed, block_size):
     return "".join(chars[i] for i in ids[0, len(prompt):].tolist())
 
 
-def speedrun(config_path, seed=None, max_seconds=None, compile=False):
-    """Trains the config's model from `seed` (default train.seed) for train.max_iters steps,
-    or fewer once the training time passes `max_seconds` (the schedule stays that of
-    max_iters). Returns the result dictionary `main` writes."""
-    cfg = load_config(config_path)
+def speedrun(config_path, seed=None, max_seconds=None, compile=False, sets=()):
+    """Trains the config's model, with `sets` applied, from `seed` (default train.seed) for
+    train.max_iters steps, or fewer once the training time passes `max_seconds` (the schedule
+    stays that of max_iters). Returns the result dictionary `main` writes."""
+    cfg = load_config(config_path, sets)
     m, t, d = cfg["model"], cfg["train"], cfg["data"]
     seed = t["seed"] if seed is None else seed
     chars, splits = char_data(resolve_data_path(d["path"], config_path), d["val_fraction"])
@@ -255,6 +283,7 @@ def speedrun(config_path, seed=None, max_seconds=None, compile=False):
                / t["eval_iters"] for s in ("train", "val")}
     return {
         "config": config_path,
+        "set": list(sets),
         "seed": seed,
         "iters": iters,
         "train_s": train_s,
@@ -273,15 +302,30 @@ def speedrun(config_path, seed=None, max_seconds=None, compile=False):
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True)
+    p.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                   help="override one key of the config, as `headlab train --set` does")
     p.add_argument("--seed", type=int, default=None, help="default: the config's train.seed")
     p.add_argument("--max-seconds", type=float, default=None)
     p.add_argument("--compile", action="store_true")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default="speedrun.json")
+    p.add_argument("--check", action="store_true",
+                   help="only read the config and the --set's: exit 0, or 2 naming the key")
     a = p.parse_args()
+    if a.check:
+        try:
+            load_config(a.config, a.set)
+        except ValueError as e:
+            print(f"speedrun.py: {e}", file=sys.stderr)
+            sys.exit(2)
+        return
     if a.threads:
         torch.set_num_threads(a.threads)
-    out = speedrun(a.config, a.seed, a.max_seconds, a.compile)
+    try:
+        out = speedrun(a.config, a.seed, a.max_seconds, a.compile, a.set)
+    except ValueError as e:  # a config or --set it cannot train: headlab's exit code 2
+        print(f"speedrun.py: {e}", file=sys.stderr)
+        sys.exit(2)
     with open(a.out, "w") as f:
         json.dump(out, f, indent=2)
     print(f"wrote {a.out}: val {out['val_loss']:.4f}, full val {out['val_full_loss']:.4f}, "

@@ -97,7 +97,7 @@ pub struct SpeedrunArgs {
     #[arg(long, default_value = "1337,1,2")]
     seeds: String,
     /// Config overrides, as `headlab train --set` takes them (an ablation: the config with
-    /// one change removed).
+    /// one change removed; a variant). With --with-torch, PyTorch's side gets them too.
     #[arg(long)]
     set: Vec<String>,
     /// What the row is called in the table (default: the overrides, or the track's name:
@@ -150,6 +150,25 @@ struct Seed {
     val_full: Option<f64>,
     train_s: f64,
     flops: f64,
+}
+
+impl Seed {
+    /// The keys headlab's result.json, PyTorch's JSON and a record's seeds share: `val_loss`
+    /// and `train_s` required, `val_full_loss` and `compute_flops` (headlab's only) optional.
+    fn from_json(seed: u64, json: &Value, source: &str) -> Result<Seed> {
+        let number = |key: &str| {
+            json[key]
+                .as_f64()
+                .with_context(|| format!("{source}: no number at {key}"))
+        };
+        Ok(Seed {
+            seed,
+            val: number("val_loss")?,
+            val_full: json["val_full_loss"].as_f64(),
+            train_s: number("train_s")?,
+            flops: json["compute_flops"].as_f64().unwrap_or(f64::NAN),
+        })
+    }
 }
 
 fn median(v: Vec<f64>) -> f64 {
@@ -225,30 +244,27 @@ fn headlab_seed(root: &Path, args: &SpeedrunArgs, seed: u64, dir: &Path) -> Resu
         cmd.arg("--set").arg(set);
     }
     run(&mut cmd)?;
-    let r = read_json(&dir.join("result.json"))?;
-    Ok(Seed {
-        seed,
-        val: r["val_loss"].as_f64().context("result.json: val_loss")?,
-        val_full: r["val_full_loss"].as_f64(),
-        train_s: r["train_s"].as_f64().context("result.json: train_s")?,
-        flops: r["compute_flops"]
-            .as_f64()
-            .context("result.json: compute_flops")?,
-    })
+    let path = dir.join("result.json");
+    let s = Seed::from_json(seed, &read_json(&path)?, &path.display().to_string())?;
+    anyhow::ensure!(
+        s.flops.is_finite(),
+        "{}: no number at compute_flops",
+        path.display()
+    );
+    Ok(s)
 }
 
-fn torch_seed(
+/// PyTorch's side of one seed: bench/reference/speedrun.py on the same config with the same
+/// `--set`s, so an ablation or a variant trains the same model on both sides.
+fn torch_command(
     root: &Path,
     args: &SpeedrunArgs,
     python: &Path,
     seed: u64,
     out: &Path,
-) -> Result<(Seed, Value)> {
-    if !args.set.is_empty() {
-        bail!("--with-torch trains the config as written; leave out --set");
-    }
-    run(Command::new(python)
-        .current_dir(root)
+) -> Command {
+    let mut cmd = Command::new(python);
+    cmd.current_dir(root)
         .arg("bench/reference/speedrun.py")
         .arg("--config")
         .arg(args.config())
@@ -260,16 +276,23 @@ fn torch_seed(
         ])
         .args(args.torch_compile.then_some("--compile"))
         .arg("--out")
-        .arg(out))?;
+        .arg(out);
+    for set in &args.set {
+        cmd.arg("--set").arg(set);
+    }
+    cmd
+}
+
+fn torch_seed(
+    root: &Path,
+    args: &SpeedrunArgs,
+    python: &Path,
+    seed: u64,
+    out: &Path,
+) -> Result<(Seed, Value)> {
+    run(&mut torch_command(root, args, python, seed, out))?;
     let r = read_json(out)?;
-    let seed = Seed {
-        seed,
-        val: r["val_loss"].as_f64().context("torch: val_loss")?,
-        val_full: r["val_full_loss"].as_f64(),
-        train_s: r["train_s"].as_f64().context("torch: train_s")?,
-        flops: f64::NAN,
-    };
-    Ok((seed, r))
+    Ok((Seed::from_json(seed, &r, &out.display().to_string())?, r))
 }
 
 /// Whether the two sides differ, in one sentence per loss (issue 45: three seeds could not
@@ -314,13 +337,7 @@ fn compare_record(path: &Path) -> Result<()> {
             .map(|a| {
                 a.iter()
                     .filter_map(|s| {
-                        Some(Seed {
-                            seed: s["seed"].as_u64().unwrap_or(0),
-                            val: s["val_loss"].as_f64()?,
-                            val_full: s["val_full_loss"].as_f64(),
-                            train_s: s["train_s"].as_f64().unwrap_or(f64::NAN),
-                            flops: f64::NAN,
-                        })
+                        Seed::from_json(s["seed"].as_u64().unwrap_or(0), s, "record").ok()
                     })
                     .collect()
             })
@@ -379,6 +396,11 @@ pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
     let python = args.with_torch.then(torch_venv).transpose()?;
     let scratch = std::env::temp_dir().join(format!("headlab-speedrun-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
+    if let Some(python) = &python {
+        // A config or --set PyTorch's port cannot train fails now, not after headlab's first seed.
+        let out = scratch.join("check.json");
+        run(torch_command(&root, &args, python, seeds[0], &out).arg("--check"))?;
+    }
     let (mut ours, mut theirs, mut torch_json) = (Vec::new(), Vec::new(), Vec::new());
     for &seed in &seeds {
         eprintln!("xtask speedrun: seed {seed}: headlab");
@@ -541,6 +563,63 @@ mod tests {
             said.contains("(<= 60)") && said.contains("(<= 600)"),
             "{said}"
         );
+    }
+
+    #[test]
+    fn pytorch_trains_the_same_overrides_and_seeds_read_every_source() {
+        use clap::Parser;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            args: SpeedrunArgs,
+        }
+        let args = Cli::parse_from([
+            "speedrun",
+            "--track",
+            "long",
+            "--with-torch",
+            "--set",
+            "model.d_model=128",
+            "--set",
+            "train.max_iters=2040",
+        ])
+        .args;
+        let cmd = torch_command(
+            Path::new("."),
+            &args,
+            Path::new("python"),
+            7,
+            Path::new("o.json"),
+        );
+        let argv: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let after = |flag: &str| -> Vec<&str> {
+            argv.windows(2)
+                .filter(|w| w[0] == flag)
+                .map(|w| w[1].as_str())
+                .collect()
+        };
+        assert_eq!(
+            after("--set"),
+            ["model.d_model=128", "train.max_iters=2040"]
+        );
+        assert_eq!(after("--config"), [Track::Long.config()]);
+        assert_eq!(after("--seed"), ["7"]);
+
+        // PyTorch's JSON has no compute_flops; a record's seed without a loss is an error.
+        let torch = json!({"val_loss": 1.4584, "val_full_loss": 1.4635, "train_s": 689.0});
+        let s = Seed::from_json(1337, &torch, "torch").unwrap();
+        assert_eq!(
+            (s.seed, s.val, s.val_full, s.train_s),
+            (1337, 1.4584, Some(1.4635), 689.0)
+        );
+        assert!(s.flops.is_nan());
+        let ours = json!({"val_loss": 1.4765, "train_s": 442.0, "compute_flops": 5.983e13});
+        assert_eq!(Seed::from_json(1, &ours, "r").unwrap().flops, 5.983e13);
+        let err = Seed::from_json(1, &json!({"train_s": 1.0}), "result.json").unwrap_err();
+        assert_eq!(err.to_string(), "result.json: no number at val_loss");
     }
 
     #[test]
