@@ -115,7 +115,8 @@ def apply_set(raw, assignment):
     (crates/train/src/config.rs, `RunConfig::apply_set`): a TOML value (`3e-4`, `true`,
     `"x"`), else the bare string (`rope`); a key that takes a string keeps the text as
     written (`data.path=2024.txt`). load_config then checks it like a value from the file.
-    As in headlab, setting data.path drops data.builtin."""
+    As in headlab, setting data.path drops data.builtin, and the path is the working
+    folder's."""
     key, eq, text = assignment.partition("=")
     section, dot, field = key.strip().partition(".")
     if not eq or not dot or not field:
@@ -128,6 +129,10 @@ def apply_set(raw, assignment):
     like = OPTIONAL.get((section, field), KEYS.get(section, {}).get(field))
     if isinstance(like, str) and not isinstance(value, str):
         value = text
+    if (section, field) == ("data", "path") and isinstance(value, str):
+        # headlab takes a --set path as given, from the working folder, and looks beside the
+        # config file only for the file's own path.
+        value = os.path.abspath(value)
     raw.setdefault(section, {})[field] = value
     if (section, field) == ("data", "path"):
         raw["data"].pop("builtin", None)

@@ -390,17 +390,18 @@ pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
                 .with_context(|| format!("--seeds: {s:?} is not a seed"))
         })
         .collect::<Result<_>>()?;
-    run(cargo()
-        .current_dir(&root)
-        .args(["build", "--release", "-p", "headlab"]))?;
     let python = args.with_torch.then(torch_venv).transpose()?;
     let scratch = std::env::temp_dir().join(format!("headlab-speedrun-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
     if let Some(python) = &python {
-        // A config or --set PyTorch's port cannot train fails now, not after headlab's first seed.
+        // A config or --set PyTorch's port cannot train fails now, not after a build and
+        // headlab's first seed.
         let out = scratch.join("check.json");
         run(torch_command(&root, &args, python, seeds[0], &out).arg("--check"))?;
     }
+    run(cargo()
+        .current_dir(&root)
+        .args(["build", "--release", "-p", "headlab"]))?;
     let (mut ours, mut theirs, mut torch_json) = (Vec::new(), Vec::new(), Vec::new());
     for &seed in &seeds {
         eprintln!("xtask speedrun: seed {seed}: headlab");
