@@ -93,6 +93,16 @@ pub(crate) fn matmul(
     }
 }
 
+/// gemm computes a row-major product as its transpose, so its left operand is headlab's `rhs`
+/// (a weight in the forward and `dx`, `d_y` in `dW`), and it packs that operand once it meets
+/// more than `threshold x 6` columns (8 by default: 48). At 32 (192 columns) the weight
+/// gradients of the recipe's shapes (64-128 columns a task) read `d_y` in place, while the
+/// forward's and `dx`'s (384-768) and every large product still pack: the recipe's step 1.7%
+/// faster at 1 thread (12 of 12 paired runs) and 2.5% at 2 (10 of 12), bench/NOTES.md. The
+/// setting is gemm's process-wide one, set at headlab's first product: Burn's own products on
+/// flex (flex-burn) see it from then on too; it decides when gemm packs, never what it computes.
+const LHS_PACKING_THRESHOLD: usize = 32;
+
 /// `gemm::gemm` for f32 with headlab's argument order: `dst` (rows `dst_rs` apart) `=` or
 /// `+=` `alpha * lhs * rhs`, single-threaded.
 ///
@@ -112,6 +122,8 @@ unsafe fn raw_gemm(
     rhs: View,
     alpha: f32,
 ) {
+    static PACKING: std::sync::Once = std::sync::Once::new();
+    PACKING.call_once(|| gemm::set_lhs_packing_threshold_single_thread(LHS_PACKING_THRESHOLD));
     // SAFETY: the caller's contract is gemm's.
     unsafe {
         gemm::gemm(
@@ -263,6 +275,25 @@ mod tests {
                     "per_task {per_task}: {g} vs {}",
                     0.5 * w
                 );
+            }
+        }
+    }
+
+    /// Products on either side of gemm's packing threshold (`LHS_PACKING_THRESHOLD`: up to 192
+    /// rows here read `rhs` in place, more pack it), with `rhs` plain and transposed.
+    #[test]
+    fn products_packed_or_read_in_place_match_f64() {
+        let (k, n) = (70, 130);
+        let b: Vec<f32> = (0..k * n).map(|i| (i as f32 * 0.21).sin()).collect();
+        for m in [100, 300] {
+            let a: Vec<f32> = (0..m * k).map(|i| (i as f32 * 0.13).cos()).collect();
+            for rhs in [View::rows(&b, k, n), View::rows_t(&b, n, k)] {
+                let want = reference(View::rows(&a, m, k), rhs);
+                let mut dst = vec![0.0f32; m * n];
+                matmul(&mut dst, n, View::rows(&a, m, k), rhs, 1.0, false);
+                for (j, (d, w)) in dst.iter().zip(&want).enumerate() {
+                    assert!((*d as f64 - w).abs() < 1e-4, "m {m} [{j}]: {d} vs {w}");
+                }
             }
         }
     }
