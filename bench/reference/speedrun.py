@@ -129,13 +129,13 @@ def apply_set(raw, assignment):
     like = OPTIONAL.get((section, field), KEYS.get(section, {}).get(field))
     if isinstance(like, str) and not isinstance(value, str):
         value = text
-    if (section, field) == ("data", "path") and isinstance(value, str):
-        # headlab takes a --set path as given, from the working folder, and looks beside the
-        # config file only for the file's own path.
-        value = os.path.abspath(value)
     raw.setdefault(section, {})[field] = value
     if (section, field) == ("data", "path"):
         raw["data"].pop("builtin", None)
+        if isinstance(value, str):
+            # headlab takes a --set path as given, from the working folder, and looks beside
+            # the config file only for the file's own path.
+            raw["data"]["path"] = os.path.abspath(value)
 
 
 def same_type(value, default):
@@ -317,16 +317,12 @@ def main():
     p.add_argument("--check", action="store_true",
                    help="only read the config and the --set's: exit 0, or 2 naming the key")
     a = p.parse_args()
-    if a.check:
-        try:
-            load_config(a.config, a.set)
-        except ValueError as e:
-            print(f"speedrun.py: {e}", file=sys.stderr)
-            sys.exit(2)
-        return
     if a.threads:
         torch.set_num_threads(a.threads)
     try:
+        if a.check:
+            load_config(a.config, a.set)
+            return
         out = speedrun(a.config, a.seed, a.max_seconds, a.compile, a.set)
     except ValueError as e:  # a config or --set it cannot train: headlab's exit code 2
         print(f"speedrun.py: {e}", file=sys.stderr)

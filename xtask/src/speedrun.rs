@@ -135,6 +135,11 @@ impl SpeedrunArgs {
             .unwrap_or(Track::Short)
     }
 
+    /// `--set KEY=VALUE` for each override, as both sides' commands take them.
+    fn set_args(&self) -> impl Iterator<Item = &str> {
+        self.set.iter().flat_map(|s| ["--set", s.as_str()])
+    }
+
     fn config(&self) -> PathBuf {
         self.config
             .clone()
@@ -239,10 +244,8 @@ fn headlab_seed(root: &Path, args: &SpeedrunArgs, seed: u64, dir: &Path) -> Resu
         .args(["train", "--force", "--seed", &seed.to_string(), "--config"])
         .arg(args.config())
         .arg("--out")
-        .arg(dir);
-    for set in &args.set {
-        cmd.arg("--set").arg(set);
-    }
+        .arg(dir)
+        .args(args.set_args());
     run(&mut cmd)?;
     let path = dir.join("result.json");
     let s = Seed::from_json(seed, &read_json(&path)?, &path.display().to_string())?;
@@ -276,10 +279,8 @@ fn torch_command(
         ])
         .args(args.torch_compile.then_some("--compile"))
         .arg("--out")
-        .arg(out);
-    for set in &args.set {
-        cmd.arg("--set").arg(set);
-    }
+        .arg(out)
+        .args(args.set_args());
     cmd
 }
 
