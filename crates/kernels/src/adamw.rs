@@ -1,6 +1,13 @@
 //! AdamW's update of one parameter as one pass over its values, where Burn's tensor ops take a
 //! dozen passes and as many fresh (zero-filled) buffers (their cost: bench/NOTES.md).
 
+use std::mem::MaybeUninit;
+
+use crate::uninit::fresh;
+
+/// Elements per rayon task: a parameter of up to this size is updated on the calling thread.
+const CHUNK: usize = 8 * 1024;
+
 /// One AdamW step's settings for one parameter, with PyTorch's `torch.optim.AdamW` semantics.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AdamWStep {
@@ -70,23 +77,25 @@ crate::simd::dispatch! {
         m: &[f32],
         v: &[f32],
         c: &Scalars,
-        p_out: &mut Vec<f32>,
-        m_out: &mut Vec<f32>,
-        v_out: &mut Vec<f32>,
+        p_out: &mut [MaybeUninit<f32>],
+        m_out: &mut [MaybeUninit<f32>],
+        v_out: &mut [MaybeUninit<f32>],
     ) {
-        // Three passes of `extend` over zipped slices write into the fresh buffers without
-        // zeroing them first and vectorise; each parameter fits in L2, so the re-reads are cheap.
-        m_out.extend(m.iter().zip(g).map(|(&m, &g)| {
-            c.beta1 * m + c.one_minus_beta1 * (g * c.grad_scale)
-        }));
-        v_out.extend(v.iter().zip(g).map(|(&v, &g)| {
-            let g = g * c.grad_scale;
-            c.beta2 * v + c.one_minus_beta2 * (g * g)
-        }));
-        p_out.extend(p.iter().zip(m_out.iter()).zip(v_out.iter()).map(|((&p, &m), &v)| {
+        let n = p.len();
+        let lens = [g.len(), m.len(), v.len(), p_out.len(), m_out.len(), v_out.len()];
+        assert!(lens.iter().all(|&l| l == n), "adamw: chunk lengths differ");
+        // One pass; every slice cut to `n`, so the loop has no bounds checks and vectorises.
+        let (p, g, m, v) = (&p[..n], &g[..n], &m[..n], &v[..n]);
+        let (p_out, m_out, v_out) = (&mut p_out[..n], &mut m_out[..n], &mut v_out[..n]);
+        for i in 0..n {
+            let g = g[i] * c.grad_scale;
+            let m = c.beta1 * m[i] + c.one_minus_beta1 * g;
+            let v = c.beta2 * v[i] + c.one_minus_beta2 * (g * g);
             let denom = (v * c.v_correction).sqrt() + c.eps;
-            p * c.keep - c.lr * (m * c.m_correction) / denom
-        }));
+            p_out[i].write(p[i] * c.keep - c.lr * (m * c.m_correction) / denom);
+            m_out[i].write(m);
+            v_out[i].write(v);
+        }
     }
 }
 
@@ -112,12 +121,21 @@ pub fn adamw(
         "adamw: param, grad and moments differ in length"
     );
     let c = Scalars::new(step);
-    let (mut p_out, mut m_out, mut v_out) = (
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-        Vec::with_capacity(n),
-    );
-    update(param, grad, m, v, &c, &mut p_out, &mut m_out, &mut v_out);
+    // Chunks on rayon's pool: the optimizer walks the parameters one by one, so without them
+    // the other threads would wait through every update.
+    let ([p_out, m_out, v_out], _) = fresh([(n, CHUNK); 3], |i, [p_out, m_out, v_out]| {
+        let at = i * CHUNK..i * CHUNK + p_out.len();
+        update(
+            &param[at.clone()],
+            &grad[at.clone()],
+            &m[at.clone()],
+            &v[at],
+            &c,
+            p_out,
+            m_out,
+            v_out,
+        );
+    });
     (p_out, m_out, v_out)
 }
 
@@ -151,9 +169,10 @@ mod tests {
 
     #[test]
     fn matches_the_update_written_out_in_f64() {
-        // 1000 values: a remainder after every vector width; gradients spanning zero and
-        // several magnitudes so the `eps` term and the sign both matter.
-        let n = 1000;
+        // Two chunks and 1000 values (three tasks on rayon's pool, the last a remainder after
+        // every vector width); gradients spanning zero and several magnitudes so the `eps`
+        // term and the sign both matter.
+        let n = 2 * CHUNK + 1000;
         let val = |i: usize, a: f32, b: f32| (i as f32 * a).sin() * b;
         let p: Vec<f32> = (0..n).map(|i| val(i, 0.37, 1.5)).collect();
         let g: Vec<f32> = (0..n)

@@ -19,6 +19,7 @@ use rayon::prelude::*;
 use crate::dropout::Mask;
 use crate::gemm::{View, matmul};
 use crate::simd::{self, Seen};
+use crate::uninit::zeroed;
 
 /// Query rows per block: `[BLOCK_Q, t_k]` floats of scratch per thread (2 MiB at t_k = 8192).
 pub const BLOCK_Q: usize = 64;
@@ -281,11 +282,8 @@ pub fn backward(
         batch * heads * t_q,
         "backward: lse is not one per query row"
     );
-    let mut dq = vec![0.0f32; q.len()];
-    let mut dk = vec![0.0f32; k.len()];
-    let mut dv = vec![0.0f32; v.len()];
     if q.is_empty() {
-        return (dq, dk, dv);
+        return (Vec::new(), vec![0.0; k.len()], vec![0.0; v.len()]);
     }
     let rs = dims.row_stride(layout);
     let (seq_q, seq_k) = (heads * t_q * d_k, heads * t_k * d_k);
@@ -353,30 +351,27 @@ pub fn backward(
             matmul(dk, rs, View::rows_t(&p, m, n), q_blk, 1.0, true);
         }
     };
-    match layout {
+    // dK and dV add up over query blocks, so they start at zero: each task zeroes its own
+    // chunks of the three (uninit::zeroed), not one thread all of them before the tasks start.
+    let ([dq, dk, dv], _) = match layout {
         HeadLayout::HeadsFirst => {
-            dq.par_chunks_mut(t_q * d_k)
-                .zip(dk.par_chunks_mut(t_k * d_k))
-                .zip(dv.par_chunks_mut(t_k * d_k))
-                .enumerate()
-                .for_each(|(bh, ((dq_h, dk_h), dv_h))| {
-                    one_head(bh / heads, bh % heads, dq_h, dk_h, dv_h)
-                });
+            let (head_q, head_k) = (t_q * d_k, t_k * d_k);
+            let shapes = [(q.len(), head_q), (k.len(), head_k), (v.len(), head_k)];
+            zeroed(shapes, |bh, [dq_h, dk_h, dv_h]| {
+                one_head(bh / heads, bh % heads, dq_h, dk_h, dv_h)
+            })
         }
         HeadLayout::HeadsLast => {
-            // Per sequence: the heads' rows interleave, and dK, dV add up over query blocks.
-            dq.par_chunks_mut(seq_q)
-                .zip(dk.par_chunks_mut(seq_k))
-                .zip(dv.par_chunks_mut(seq_k))
-                .enumerate()
-                .for_each(|(b, ((dq_b, dk_b), dv_b))| {
-                    for h in 0..heads {
-                        let o = h * d_k;
-                        one_head(b, h, &mut dq_b[o..], &mut dk_b[o..], &mut dv_b[o..]);
-                    }
-                });
+            // Per sequence: the heads' rows interleave.
+            let shapes = [(q.len(), seq_q), (k.len(), seq_k), (v.len(), seq_k)];
+            zeroed(shapes, |b, [dq_b, dk_b, dv_b]| {
+                for h in 0..heads {
+                    let o = h * d_k;
+                    one_head(b, h, &mut dq_b[o..], &mut dk_b[o..], &mut dv_b[o..]);
+                }
+            })
         }
-    }
+    };
     (dq, dk, dv)
 }
 

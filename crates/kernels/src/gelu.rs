@@ -96,7 +96,13 @@ pub fn gelu_backward(derivative: &[f32], d_y: &[f32]) -> Vec<f32> {
         d_y.len(),
         "gelu_backward: derivative and d_y differ in length"
     );
-    derivative.iter().zip(d_y).map(|(d, g)| d * g).collect()
+    let ([dx], _) = fresh([(d_y.len(), CHUNK)], |i, [dx]| {
+        let at = i * CHUNK..i * CHUNK + dx.len();
+        for ((dx, d), g) in dx.iter_mut().zip(&derivative[at.clone()]).zip(&d_y[at]) {
+            dx.write(d * g);
+        }
+    });
+    dx
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Output buffers written once, never zeroed first: every element of a GELU or LayerNorm
 //! output is overwritten at once, so zeroing it first is wasted memory traffic
-//! (measured in bench/NOTES.md).
+//! (measured in bench/NOTES.md). Buffers that are added into are zeroed chunk by chunk on
+//! rayon's pool ([`zeroed`]).
 
 use std::mem::MaybeUninit;
 
@@ -59,6 +60,28 @@ pub(crate) fn fresh<const N: usize, R: Send>(
     (buffers, results)
 }
 
+/// [`fresh`] buffers of zeros for `write` to add into: each chunk is zeroed by the task that
+/// gets it, so the zeroing runs on rayon's pool too instead of before it, on one thread.
+pub(crate) fn zeroed<const N: usize, R: Send>(
+    shapes: [(usize, usize); N],
+    write: impl Fn(usize, [&mut [f32]; N]) -> R + Sync,
+) -> ([Vec<f32>; N], Vec<R>) {
+    fresh(shapes, |i, chunks| {
+        let chunks = chunks.map(|chunk| {
+            for v in chunk.iter_mut() {
+                v.write(0.0);
+            }
+            // SAFETY: every element of `chunk` was set just above, and `MaybeUninit<f32>` has
+            // `f32`'s layout.
+            #[allow(unsafe_code)]
+            unsafe {
+                &mut *(chunk as *mut [MaybeUninit<f32>] as *mut [f32])
+            }
+        });
+        write(i, chunks)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,5 +103,19 @@ mod tests {
         assert_eq!(b, vec![0., 0., 1., 1., 2.]);
         let ([empty], none) = fresh([(0, 8)], |_, _: [&mut [MaybeUninit<f32>]; 1]| ());
         assert!(empty.is_empty() && none.is_empty());
+    }
+
+    #[test]
+    fn zeroed_chunks_start_at_zero_and_keep_what_is_added() {
+        // 7 values in chunks of 3: each task adds its chunk number plus one to what it got.
+        let ([a], sums) = zeroed([(7, 3)], |chunk, [a]| {
+            let before: f32 = a.iter().sum();
+            for v in a.iter_mut() {
+                *v += chunk as f32 + 1.0;
+            }
+            before
+        });
+        assert_eq!(sums, vec![0.0, 0.0, 0.0]);
+        assert_eq!(a, vec![1., 1., 1., 2., 2., 2., 3.]);
     }
 }
