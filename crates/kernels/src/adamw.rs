@@ -1,5 +1,6 @@
-//! AdamW's update of one parameter as one pass over its values, where Burn's tensor ops take a
-//! dozen passes and as many fresh (zero-filled) buffers (their cost: bench/NOTES.md).
+//! AdamW's update of one parameter as one pass over its values (in chunks on rayon's pool),
+//! where Burn's tensor ops take a dozen passes and as many fresh (zero-filled) buffers (their
+//! cost: bench/NOTES.md).
 
 use std::mem::MaybeUninit;
 
@@ -169,10 +170,10 @@ mod tests {
 
     #[test]
     fn matches_the_update_written_out_in_f64() {
-        // Two chunks and 1000 values (three tasks on rayon's pool, the last a remainder after
+        // Two chunks and 1003 values (three tasks on rayon's pool, the last a remainder after
         // every vector width); gradients spanning zero and several magnitudes so the `eps`
         // term and the sign both matter.
-        let n = 2 * CHUNK + 1000;
+        let n = 2 * CHUNK + 1003;
         let val = |i: usize, a: f32, b: f32| (i as f32 * a).sin() * b;
         let p: Vec<f32> = (0..n).map(|i| val(i, 0.37, 1.5)).collect();
         let g: Vec<f32> = (0..n)

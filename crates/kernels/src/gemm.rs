@@ -1,7 +1,7 @@
 //! The crate's matrix products: `gemm::gemm` on strided views of slices, with every index it
 //! can touch checked against the slices first, and [`product`], which writes a new matrix into
-//! uninitialised capacity. With `simd.rs`'s CPU-feature dispatch, the only `unsafe` of the
-//! workspace.
+//! uninitialised capacity. Its `unsafe` blocks are among the few the crate allows (listed in
+//! its Cargo.toml).
 
 /// A read-only `rows x cols` matrix in `data`: element `(r, c)` is `data[r * rs + c * cs]`,
 /// so a transpose is the same data with the strides swapped.

@@ -24,7 +24,8 @@
 //! `layer_norm`, `linear` and `rotary` (the other kernels on host memory), `muon`
 //! (Newton-Schulz on host memory), `ops` (the kernels registered with Burn as ops, with their
 //! backward), `adamw` (the one-pass update), `gemm` (matrix products on strided views), `simd`
-//! (run-time CPU-feature dispatch), `uninit` (output buffers written once, never zeroed),
+//! (run-time CPU-feature dispatch), `uninit` (output buffers written once, never zeroed first;
+//! buffers that are added into zeroed chunk by chunk on the pool),
 //! `toggle` (kernels off per thread; test-only wrong kernels), `device` (backends by name, a
 //! wgpu device that works, the compute pool) and `memory` (the allocator's freed pages, peak
 //! RSS).

@@ -1,5 +1,6 @@
-//! Output buffers written once, never zeroed first: every element of a GELU or LayerNorm
-//! output is overwritten at once, so zeroing it first is wasted memory traffic
+//! Output buffers written once, never zeroed first: every element of an elementwise kernel's
+//! output (GELU, LayerNorm, AdamW, ...) is overwritten at once, so zeroing it first is wasted
+//! memory traffic
 //! (measured in bench/NOTES.md). Buffers that are added into are zeroed chunk by chunk on
 //! rayon's pool ([`zeroed`]).
 
@@ -11,8 +12,9 @@ use rayon::prelude::*;
 /// `write(i, ..)` gets chunk `i` of every buffer (`i * chunk..`, the last one shorter), on rayon's pool when
 /// there are several. Returns the buffers and each call's result, in chunk order.
 ///
-/// `write` must set every element of every chunk it gets (each call site's loops run over the
-/// whole chunk, zipped with inputs whose lengths are asserted to match).
+/// `write` must set every element of every chunk it gets (each call site's loop runs over the
+/// whole chunk, zipped or indexed, with the inputs' lengths asserted to match; [`zeroed`]
+/// fills each chunk first).
 ///
 /// # Panics
 /// If the buffers do not split into the same number of chunks.
