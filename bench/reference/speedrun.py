@@ -92,17 +92,18 @@ def load_config(path, sets=()):
     for section, keys in KEYS.items():
         given = raw.get(section, {})
         for key, value in given.items():
-            if key in ONLY[section] and value != ONLY[section][key]:
-                raise ValueError(f"{path}: {section}.{key} = {value!r} is not implemented here "
-                                 f"(only {ONLY[section][key]!r})")
             if key not in keys and key not in IGNORED[section] and key not in ONLY[section]:
                 raise ValueError(f"{path}: {section}.{key} is not implemented by speedrun.py "
                                  f"(known: {', '.join(sorted(keys))})")
-            like = OPTIONAL.get((section, key), keys.get(key))
-            if key in keys and not same_type(value, like):
+            # The type first, as headlab checks it: `false` equals 0.0 in Python, not in TOML.
+            like = OPTIONAL.get((section, key), keys.get(key, ONLY[section].get(key)))
+            if (key in keys or key in ONLY[section]) and not same_type(value, like):
                 kind = {bool: "a boolean", int: "an integer", float: "a number",
                         str: "a string"}[type(like)]
                 raise ValueError(f"{path}: {section}.{key} = {value!r} should be {kind}")
+            if key in ONLY[section] and value != ONLY[section][key]:
+                raise ValueError(f"{path}: {section}.{key} = {value!r} is not implemented here "
+                                 f"(only {ONLY[section][key]!r})")
             if (section, key) in CHOICES and value not in CHOICES[section, key]:
                 raise ValueError(f"{path}: {section}.{key} = {value!r}: expected one of "
                                  f"{', '.join(CHOICES[section, key])}")
