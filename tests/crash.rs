@@ -3,6 +3,7 @@
 //! run directory that loads, and resuming it gives exactly the losses of a run that was
 //! never interrupted. Ctrl-C (SIGINT) stops at the end of a step with a checkpoint and says
 //! how to resume; a diverging run stops with exit code 3 and keeps its last good checkpoint.
+//! A reader of its log that goes away (`| head`) does not end it either.
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
@@ -693,4 +694,34 @@ fn a_reader_that_goes_away_ends_a_command_quietly() {
         "{}: {stderr}",
         out.status
     );
+}
+
+/// `headlab train 2>&1 | head`: the log's reader goes away after the first line, and the run
+/// still trains to its last step, saves its checkpoint and report, and exits 0. (Each log line
+/// to the closed pipe was a panic: the run ended at its next line, exit 101.)
+#[test]
+fn a_log_reader_that_goes_away_does_not_end_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let steps = format!("train.max_iters={MAX_ITERS}");
+    let mut child = command(&train_args("run", &["--set", &steps]), dir)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("headlab starts");
+    let mut first = String::new();
+    BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(first.starts_with("headlab: "), "{first}");
+    // Both readers gone: every later line and the sample meet a closed pipe.
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let run = dir.join("run");
+    let last = metrics(&run).last().map(|row| row.0);
+    assert_eq!(last, Some(MAX_ITERS), "the run stopped early");
+    for file in ["last", "report.html", "result.json", "sample.txt"] {
+        assert!(run.join(file).exists(), "no {file} in the run");
+    }
 }

@@ -81,9 +81,9 @@ fn write_beside(run: &Path, other: &Path) -> Result<()> {
 /// Says what the page lacks and where it is.
 pub fn tell(report: &RunReport) {
     for note in &report.notes {
-        eprintln!("report: {note}");
+        headlab_train::log_line!("report: {note}");
     }
-    eprintln!(
+    headlab_train::log_line!(
         "wrote {} ({} KB; open it in a browser)",
         report.path.display(),
         report.bytes.div_ceil(1024)

@@ -86,7 +86,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
             // Only a config that will train: a bad one gets its one error line and no more.
             if config.validate().is_ok() {
                 for line in config.train.warnings() {
-                    eprintln!("{line}");
+                    headlab_train::log_line!("{line}");
                 }
             }
             TrainOptions {
@@ -115,7 +115,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
             percent(g.agreeing)
         )
     });
-    eprintln!(
+    headlab_train::log_line!(
         "done: train loss {:.4}, val loss {:.4}{grammar}; run saved in {} (`headlab sample {}` \
          for more text)",
         summary.train_loss,
@@ -135,7 +135,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         };
         format!("; {what}, windows of {}): {loss:.4}", r.block_size)
     });
-    eprintln!(
+    headlab_train::log_line!(
         "compute: {:.2} TFLOP (6N + 12LdT = {:.2} MFLOP per token, {} tokens) in {:.1} s of \
          training steps{full}",
         r.compute_flops / 1e12,
@@ -164,9 +164,11 @@ pub fn run(args: TrainArgs) -> Result<()> {
         },
     };
     match crate::heads::write(&heads, Some(summary.dataset)) {
-        Ok((_, _, Some(syntax))) => eprintln!("{}", crate::syntax::one_line(&syntax)),
+        Ok((_, _, Some(syntax))) => {
+            headlab_train::log_line!("{}", crate::syntax::one_line(&syntax))
+        }
         Ok(_) => {}
-        Err(e) => eprintln!("note: the head table was not made: {e:#}"),
+        Err(e) => headlab_train::log_line!("note: the head table was not made: {e:#}"),
     }
     crate::report::tell(&report_run(&summary.run)?);
     Ok(())

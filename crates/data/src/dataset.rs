@@ -5,6 +5,8 @@
 //! tensors.
 
 use std::fmt;
+// Log lines go to stderr with `let _ = writeln!`: a reader that went away must not end a run.
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use rand::Rng;
@@ -383,13 +385,14 @@ fn encode_shown(tokenizer: &Tokenizer, text: &str) -> Result<TokenIds, Tokenizer
         bar.set_message(what.clone());
         bar
     } else {
-        eprintln!("headlab: {what}");
+        let _ = writeln!(std::io::stderr(), "headlab: {what}");
         indicatif::ProgressBar::hidden()
     };
     tokenizer.encode_into(text, &mut ids, &mut |done| bar.set_position(done as u64))?;
     bar.finish_and_clear();
     ids.shrink_to_fit();
-    eprintln!(
+    let _ = writeln!(
+        std::io::stderr(),
         "headlab: {} tokens in {:.1} s ({} bytes each)",
         ids.len(),
         started.elapsed().as_secs_f64(),

@@ -9,6 +9,8 @@
 //! the Hugging Face `tokenizer.json` itself (loadable by `Tokenizer.from_str` in Python).
 
 use std::fmt;
+// Log lines go to stderr with `let _ = writeln!`: a reader that went away must not end a run.
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::LazyLock;
@@ -744,7 +746,8 @@ impl BpeTokenizer {
         // Only on a terminal: the bars also print blank lines to stdout.
         let show_progress = large && std::io::IsTerminal::is_terminal(&std::io::stderr());
         if large {
-            eprintln!(
+            let _ = writeln!(
+                std::io::stderr(),
                 "headlab: training a byte-level BPE of {vocab_size} tokens on {} characters",
                 corpus.chars().count()
             );

@@ -15,6 +15,16 @@
 //! This crate returns data and writes only what a run needs to resume (config, tokenizer,
 //! checkpoints, metrics); it must not depend on head analysis, reports or the CLI.
 
+/// `eprintln!` that never panics: when stderr's reader went away (`headlab train 2>&1 | head`)
+/// the line is dropped and the run goes on to its checkpoint, where `eprintln!` would end it.
+#[macro_export]
+macro_rules! log_line {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod config;
 pub mod eval;
 pub mod grammar;

@@ -308,7 +308,7 @@ fn pause_point(name: &str, stage: &str, step: usize) {
     let wanted = WANTED.get_or_init(|| std::env::var("HEADLAB_TEST_PAUSE").ok());
     let here = format!("{name}:{stage}@{step}");
     if wanted.as_deref() == Some(here.as_str()) {
-        eprintln!("headlab-test: paused at {here}");
+        crate::log_line!("headlab-test: paused at {here}");
         loop {
             std::thread::sleep(std::time::Duration::from_secs(1));
         }
@@ -901,10 +901,11 @@ pub fn open_trained(
         let loss = best
             .best_val_loss
             .map_or(String::new(), |l| format!(", val loss {l:.4}"));
-        eprintln!(
+        crate::log_line!(
             "note: using checkpoint best (step {}{loss}); the run's last checkpoint is at \
              step {}: --checkpoint last uses it",
-            best.step, last.step
+            best.step,
+            last.step
         );
     }
     let (model, _) =

@@ -45,7 +45,7 @@ pub fn request(signal: i32) -> Requested {
         .is_ok();
     let at_once = AT_ONCE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(line) = at_once.as_deref() {
-        eprintln!("\n{line}");
+        crate::log_line!("\n{line}");
         std::process::exit(128 + signal);
     }
     drop(at_once);
@@ -97,7 +97,7 @@ pub fn test_point(point: std::fmt::Arguments<'_>) {
     let Some(wanted) = wanted else { return };
     let point = point.to_string();
     if *wanted == point {
-        eprintln!("headlab-test: waiting at {point}");
+        crate::log_line!("headlab-test: waiting at {point}");
         while !requested() {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }

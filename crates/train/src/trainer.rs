@@ -221,7 +221,7 @@ impl RunResult {
             0 => Ok(None),
             max => {
                 lp.bar.suspend(|| {
-                    eprintln!(
+                    crate::log_line!(
                         "measuring the loss over {} tokens of the val split \
                          (train.final_eval_tokens)",
                         data.len(Split::Val).saturating_sub(1).min(max)
@@ -265,7 +265,7 @@ pub fn load_dataset(
 ) -> Result<Dataset, TrainError> {
     let (text, description) = load_text(&config.data, config.train.seed)?;
     match run.check_data(&text, &description) {
-        Err(changed @ RunError::DataChanged { .. }) => eprintln!("warning: {changed}"),
+        Err(changed @ RunError::DataChanged { .. }) => crate::log_line!("warning: {changed}"),
         other => other?,
     }
     Ok(Dataset::with_tokenizer(
@@ -381,7 +381,7 @@ fn train_resolved(
     // A run killed before its first checkpoint starts again from step 0.
     let resuming = options.resume && run.has_checkpoint("last");
     if options.resume && !resuming {
-        eprintln!(
+        crate::log_line!(
             "note: {} has no checkpoint (it was stopped before its first one was saved): \
              training starts again from step 0 with the run's config",
             run.root.display()
@@ -515,7 +515,7 @@ fn warn_if_schedule_moves(saved: &TrainConfig, now: &TrainConfig, step: usize) {
         .into_iter()
         .chain(now.resume_warnings(saved, step));
     for line in lines {
-        eprintln!("{line}");
+        crate::log_line!("{line}");
     }
 }
 
@@ -528,7 +528,7 @@ fn announce(
     dataset: &Dataset,
     resuming: bool,
 ) {
-    eprintln!(
+    crate::log_line!(
         "headlab: {} parameters ({} without embeddings), {} on {}, data: {} ({} train / {} val tokens, vocab {})",
         model.num_params(),
         model.config.param_count(false),
@@ -540,10 +540,12 @@ fn announce(
         dataset.tokenizer().vocab_size(),
     );
     if let Some(adapter) = headlab_kernels::adapter_name(device) {
-        eprintln!("{backend}: adapter {adapter}");
+        crate::log_line!("{backend}: adapter {adapter}");
     }
     if backend == BackendKind::Wgpu && !resuming {
-        eprintln!("wgpu: the first step compiles and tunes its kernels (seconds to a minute)");
+        crate::log_line!(
+            "wgpu: the first step compiles and tunes its kernels (seconds to a minute)"
+        );
     }
 }
 
@@ -586,7 +588,7 @@ fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
             // The user's own `--set` chose another text: say so, not that a file changed (an
             // imported run never had one).
             if saved.data.source().is_ok() {
-                eprintln!(
+                crate::log_line!(
                     "warning: your --set changes the run's text ({}): training continues on \
                      the new text with the run's tokenizer, and the losses from here on are \
                      measured on it",
@@ -620,7 +622,7 @@ fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
         )?;
         let tokens = dataset.tokenizer().vocab_size();
         if d.tokenizer == TokenizerKind::Bpe && tokens < d.vocab_size {
-            eprintln!(
+            crate::log_line!(
                 "note: BPE stopped at {tokens} tokens of the {} asked (data.vocab_size): the \
                  training split has no pair left to merge (each word is one token); the \
                  model's vocabulary is {tokens}",
@@ -838,8 +840,9 @@ impl Loop<'_> {
                 percent(g.agreeing)
             )
         });
-        self.bar
-            .suspend(|| eprintln!("step {it:>6}: train loss {tr:.4}, val loss {va:.4}{grammar}"));
+        self.bar.suspend(|| {
+            crate::log_line!("step {it:>6}: train loss {tr:.4}, val loss {va:.4}{grammar}")
+        });
         self.state.step = it;
         self.state.elapsed_s = elapsed;
         self.state.pending_eval = false;
@@ -955,7 +958,7 @@ impl Loop<'_> {
         {
             *last = Instant::now();
             let elapsed = self.started.elapsed().as_secs_f64();
-            eprintln!(
+            crate::log_line!(
                 "step {}/{}: {message}, {elapsed:.0} s",
                 it + 1,
                 tc.max_iters
