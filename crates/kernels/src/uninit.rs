@@ -1,8 +1,7 @@
 //! Output buffers written once, never zeroed first: every element of an elementwise kernel's
 //! output (GELU, LayerNorm, AdamW, ...) is overwritten at once, so zeroing it first is wasted
-//! memory traffic
-//! (measured in bench/NOTES.md). Buffers that are added into are zeroed chunk by chunk on
-//! rayon's pool ([`zeroed`]).
+//! memory traffic (measured in bench/NOTES.md). Buffers that are added into are zeroed chunk
+//! by chunk on rayon's pool ([`zeroed`]).
 
 use std::mem::MaybeUninit;
 
