@@ -201,6 +201,40 @@ impl<'a> Decoder<'a> {
         self.push_rows(&[token]);
     }
 
+    /// Keeps only the rows `keep` names (indices into the current rows, ascending), so rows
+    /// that are done cost nothing from here on; the kept rows' windows, cached keys and values
+    /// and logits are theirs as before.
+    ///
+    /// # Panics
+    /// If an index is not a current row.
+    pub fn keep_rows(&mut self, keep: &[usize]) {
+        let rows = self.windows.len();
+        assert!(
+            keep.iter().all(|&r| r < rows),
+            "a row to keep is out of range"
+        );
+        if keep.len() == rows {
+            return;
+        }
+        let v = self.model.config.vocab_size;
+        self.windows = keep.iter().map(|&r| self.windows[r].clone()).collect();
+        self.logits = keep
+            .iter()
+            .flat_map(|&r| self.logits[r * v..(r + 1) * v].iter().copied())
+            .collect();
+        let device = self.model.wte.weight.val().device();
+        let ids: Vec<i64> = keep.iter().map(|&r| r as i64).collect();
+        let ids = Tensor::<1, Int>::from_data(TensorData::new(ids, [keep.len()]), &device);
+        // [rows, ...] -> [kept, ...] along the batch dimension
+        for layer in self.cache.layers.iter_mut().flatten() {
+            layer.k = layer.k.clone().select(0, ids.clone());
+            layer.v = layer.v.clone().select(0, ids.clone());
+        }
+        if let Some(last) = self.cache.last.take() {
+            self.cache.last = Some(last.select(0, ids));
+        }
+    }
+
     /// Appends one token to each row, sliding the windows when they are full.
     ///
     /// # Panics
@@ -237,8 +271,8 @@ fn check_prompt(prompt: &[u32], vocab_size: usize) -> Result<(), GenerateError> 
 impl Gpt {
     /// `rows` continuations of `prompt` drawn side by side ([`Decoder::rows`]): each
     /// `max_new_tokens` long, or ending with its first token from `stop`. Rows draw from one
-    /// seeded RNG in turn, so the same seed gives the same rows; a finished row repeats its
-    /// last token until all are done.
+    /// seeded RNG in turn, so the same seed gives the same rows; a finished row leaves the
+    /// batch ([`Decoder::keep_rows`]), so a few long rows do not keep the others' work going.
     pub fn generate_rows(
         &self,
         prompt: &[u32],
@@ -252,19 +286,25 @@ impl Gpt {
         let mut rng = StdRng::seed_from_u64(sampling.seed);
         let mut decoder = Decoder::rows(self, prompt, rows)?;
         let mut out = vec![Vec::new(); rows];
-        let mut done = vec![false; rows];
-        let mut last = vec![0; rows];
+        // The rows still drawing, as indices into `out`, ascending; row i of the decoder is
+        // `open[i]`.
+        let mut open: Vec<usize> = (0..rows).collect();
         for step in 0..max_new_tokens {
-            for r in 0..rows {
-                if !done[r] {
-                    last[r] = sampling.sample(&decoder.logits()[r * v..(r + 1) * v], &mut rng);
-                    out[r].push(last[r]);
-                    done[r] = stop.contains(&last[r]);
+            let mut last = Vec::with_capacity(open.len());
+            let mut keep = Vec::with_capacity(open.len());
+            for (i, &r) in open.iter().enumerate() {
+                let token = sampling.sample(&decoder.logits()[i * v..(i + 1) * v], &mut rng);
+                out[r].push(token);
+                if !stop.contains(&token) {
+                    keep.push(i);
+                    last.push(token);
                 }
             }
-            if done.iter().all(|&d| d) || step + 1 == max_new_tokens {
+            if keep.is_empty() || step + 1 == max_new_tokens {
                 break;
             }
+            decoder.keep_rows(&keep);
+            open = keep.iter().map(|&i| open[i]).collect();
             decoder.push_rows(&last);
         }
         Ok(out)

@@ -337,6 +337,52 @@ fn rows_side_by_side_match_one_row_at_a_time() {
     }
 }
 
+/// Rows that stop at different steps, past the context too, are what a naive loop gives: at
+/// each step every open row, in order, draws from one seeded RNG with the logits of a full
+/// forward over its own window (no cache, no batch), and a row ends at its first stop token.
+#[test]
+fn rows_that_stop_apart_match_full_forwards_row_by_row() {
+    for (name, device) in cpu_devices() {
+        let model = scaled(Gpt::new(&small(Positional::Learned), &device).unwrap());
+        let (prompt, rows, max_new) = ([4u32, 5], 12, 14);
+        // Four stop tokens of 23 at temperature 20: rows end between the first and the last step.
+        let (sampling, stop) = (
+            Sampling {
+                temperature: 20.0,
+                seed: 11,
+                ..Sampling::default()
+            },
+            [0u32, 1, 2, 3],
+        );
+        let drawn = model
+            .generate_rows(&prompt, rows, max_new, &sampling, &stop)
+            .unwrap();
+
+        let mut rng = StdRng::seed_from_u64(sampling.seed);
+        let mut windows = vec![prompt.to_vec(); rows];
+        let mut expected = vec![Vec::new(); rows];
+        for _ in 0..max_new {
+            for r in 0..rows {
+                if expected[r].last().is_some_and(|t| stop.contains(t)) {
+                    continue;
+                }
+                let w = &windows[r][windows[r].len().saturating_sub(8)..];
+                let logits = to_host::<f32, _>(model.forward(tokens(w, &device)));
+                let token = sampling.sample(&logits[(w.len() - 1) * 23..], &mut rng);
+                expected[r].push(token);
+                windows[r].push(token);
+            }
+        }
+        assert_eq!(drawn, expected, "{name}");
+        let lengths: Vec<usize> = drawn.iter().map(Vec::len).collect();
+        let (shortest, longest) = (lengths.iter().min(), lengths.iter().max());
+        assert!(
+            shortest < longest && longest > Some(&8),
+            "{name}: {lengths:?}"
+        );
+    }
+}
+
 #[test]
 fn generation_is_seeded_and_greedy_equals_top_k_one() {
     for (name, device) in cpu_devices() {
