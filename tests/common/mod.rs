@@ -112,6 +112,40 @@ pub fn headlab_within(args: &[&str], cwd: &Path, env: &[(&str, &str)], limit: Du
     }
 }
 
+/// Runs headlab whose output's reader goes away after the first line of stderr, as in
+/// `headlab ... 2>&1 | head -1`: every later line, and anything printed on stdout, meets a
+/// closed pipe. Returns how it ended (a hang past 20 minutes fails the test).
+#[allow(dead_code)]
+pub fn headlab_reader_leaves(args: &[&str], cwd: &Path) -> std::process::ExitStatus {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_headlab"))
+        .args(args)
+        .current_dir(cwd)
+        .env("XDG_RUNTIME_DIR", cwd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("headlab runs");
+    let mut first = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(!first.trim().is_empty(), "no first line: {first:?}");
+    drop(child.stdout.take());
+    let start = Instant::now();
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting for headlab") {
+            return status;
+        }
+        if start.elapsed() > Duration::from_secs(20 * 60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("headlab {args:?} still ran after 20 minutes (hung?); killed");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Asserts success and returns stdout.
 pub fn ok(out: &Output) -> String {
     let stderr = String::from_utf8_lossy(&out.stderr);

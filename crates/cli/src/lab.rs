@@ -13,6 +13,7 @@
 //! module only parses the options; the experiments, summaries and files are
 //! `headlab_labs`'s, one module per lab.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
@@ -267,8 +268,10 @@ pub fn run(args: LabArgs) -> Result<()> {
         LabName::Symmetry { .. } => symmetry::run(&out, &sets, &reproduce, &observers)?,
         LabName::Grokking { settings, .. } => grokking::run(&out, &settings.config(), &reproduce)?,
     };
-    println!("{summary}");
-    eprintln!("wrote {}", out.join("summary.md").display());
+    // A reader that went away (`headlab lab ... | head`) misses the summary, which is in
+    // summary.md too; the lab's work is done and saved either way.
+    let _ = writeln!(std::io::stdout(), "{summary}");
+    headlab_train::log_line!("wrote {}", out.join("summary.md").display());
     Ok(())
 }
 

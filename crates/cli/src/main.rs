@@ -106,10 +106,12 @@ fn main() -> ExitCode {
     quiet_mesa();
     quiet_panics();
     let cli = Cli::parse();
-    if matches!(cli.command, Command::Train(_)) {
-        catch_stop_requests();
-    } else {
-        quiet_broken_pipe();
+    match cli.command {
+        Command::Train(_) => catch_stop_requests(),
+        // A lab trains for minutes: like training, it keeps SIGPIPE ignored, so a log reader
+        // that goes away (`headlab lab heads 2>&1 | head`) costs lines, not the lab's runs.
+        Command::Lab(_) => {}
+        _ => quiet_broken_pipe(),
     }
     match headlab_kernels::on_compute_pool(|| run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
@@ -241,8 +243,8 @@ fn catch_stop_requests() {
 }
 
 /// Rust ignores SIGPIPE, so printing to a reader that went away (`headlab sample ... | head`)
-/// is an error at every `print!`. Outside training (which must get to its checkpoint and
-/// prints its sample with care), the default action is what a Unix tool does: end quietly.
+/// is an error at every `print!`. Outside training and labs (which must get to their
+/// checkpoints and print with care), the default action is what a Unix tool does: end quietly.
 #[cfg(unix)]
 #[allow(unsafe_code)]
 fn quiet_broken_pipe() {

@@ -212,7 +212,7 @@ fn start_syntax(start: &RunStart<'_>) -> Result<Option<(SyntaxProbe, PathBuf)>, 
         Ok(Some((probe, _))) => probe,
         Ok(None) => return Ok(None),
         Err(e) => {
-            eprintln!("note: the syntactic heads are not tracked: {e}");
+            headlab_train::log_line!("note: the syntactic heads are not tracked: {e}");
             return Ok(None);
         }
     };

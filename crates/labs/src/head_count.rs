@@ -266,7 +266,7 @@ pub fn heads(
                     elapsed / done as f64 * (total - done) as f64
                 )
             };
-            eprintln!(
+            headlab_train::log_line!(
                 "lab heads: run {}/{total}: {h} heads, seed {seed} ({elapsed:.0} s so far{eta})",
                 done + 1
             );

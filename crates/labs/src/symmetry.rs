@@ -296,7 +296,7 @@ pub fn symmetry(
     starts.push((Start::Random, "flex"));
     let mut runs = Vec::new();
     for (k, (start, backend)) in starts.into_iter().enumerate() {
-        eprintln!(
+        headlab_train::log_line!(
             "lab symmetry: run {}/6: {} on {backend}",
             k + 1,
             start.name()
