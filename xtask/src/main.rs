@@ -275,6 +275,7 @@ fn bench(args: BenchArgs) -> Result<()> {
         "HEADLAB_BENCH_COMMAND",
         format!("cargo xtask {}", typed.join(" ")),
     );
+    cmd.env("HEADLAB_BENCH_COMMIT", speedrun::commit(&root));
     if let Ok(out) = Command::new("rustc").arg("--version").output() {
         cmd.env(
             "HEADLAB_BENCH_RUSTC",

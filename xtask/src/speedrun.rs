@@ -221,7 +221,7 @@ fn git(root: &Path, args: &[&str]) -> Option<String> {
 }
 
 /// The commit, with `+dirty` when the tree has uncommitted changes to tracked files.
-fn commit(root: &Path) -> String {
+pub(crate) fn commit(root: &Path) -> String {
     let head = git(root, &["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
     let dirty = git(root, &["status", "--porcelain", "--untracked-files=no"])
         .is_some_and(|s| !s.is_empty());

@@ -575,6 +575,7 @@ fn bench() {
         // The exact command (`cargo xtask bench` passes its own) and what built this binary.
         "command": std::env::var("HEADLAB_BENCH_COMMAND")
             .unwrap_or_else(|_| std::env::args().collect::<Vec<_>>().join(" ")),
+        "commit": std::env::var("HEADLAB_BENCH_COMMIT").ok(),
         "versions": {
             "headlab": env!("CARGO_PKG_VERSION"),
             "rustc": std::env::var("HEADLAB_BENCH_RUSTC").ok(),

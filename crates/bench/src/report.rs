@@ -47,7 +47,7 @@ pub fn bench_markdown(out: &Value) -> String {
     let mut s = format!(
         "# headlab benchmarks, {} on {}\n\n{} cores of {} ({}; flags: {}), RAYON_NUM_THREADS={}{}{}. \
          Times are medians of criterion's samples (min-max in brackets), but for the training \
-         step (its own rule, below).\n\nCommand: `{}`. headlab {}, {}, Burn {}.\n",
+         step (its own rule, below).\n\nCommand: `{}`. Commit {}, headlab {}, {}, Burn {}.\n",
         out["date"].as_str().unwrap_or("?"),
         out["host"].as_str().unwrap_or("?"),
         out["cores"],
@@ -89,6 +89,7 @@ pub fn bench_markdown(out: &Value) -> String {
             ""
         },
         out["command"].as_str().unwrap_or("unrecorded"),
+        out["commit"].as_str().unwrap_or("unrecorded"),
         out["versions"]["headlab"].as_str().unwrap_or("?"),
         out["versions"]["rustc"]
             .as_str()
