@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::common::tiny;
+use crate::common::{headlab_reader_leaves, tiny};
 
 /// The tests' tiny model (tests/common) with this file's schedule and data.
 static TINY: LazyLock<Vec<&str>> = LazyLock::new(|| {
@@ -704,19 +704,10 @@ fn a_log_reader_that_goes_away_does_not_end_the_run() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let steps = format!("train.max_iters={MAX_ITERS}");
-    let mut child = command(&train_args("run", &["--set", &steps]), dir)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("headlab starts");
-    let mut first = String::new();
-    BufReader::new(child.stderr.take().unwrap())
-        .read_line(&mut first)
-        .unwrap();
+    // Both readers gone after the first line: every later line and the sample meet a closed
+    // pipe.
+    let (status, first) = headlab_reader_leaves(&train_args("run", &["--set", &steps]), dir);
     assert!(first.starts_with("headlab: "), "{first}");
-    // Both readers gone: every later line and the sample meet a closed pipe.
-    drop(child.stdout.take());
-    let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
     let run = dir.join("run");
     let last = metrics(&run).last().map(|row| row.0);

@@ -391,7 +391,7 @@ fn a_short_lab_induction_run_forms_an_induction_head() {
     // Its log's reader goes away after the first line (`headlab lab induction 2>&1 | head
     // -1`): the lab still trains to the end, writes every file below and exits 0. (A lab
     // ended at its next line, SIGPIPE's default, losing its runs.)
-    let status = headlab_reader_leaves(&args, dir.path());
+    let (status, _) = headlab_reader_leaves(&args, dir.path());
     assert!(status.success(), "headlab {args:?} ended: {status}");
     let history = std::fs::read_to_string(dir.path().join("lab/run/head_history.csv")).unwrap();
     let last_step = history

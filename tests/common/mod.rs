@@ -114,9 +114,10 @@ pub fn headlab_within(args: &[&str], cwd: &Path, env: &[(&str, &str)], limit: Du
 
 /// Runs headlab whose output's reader goes away after the first line of stderr, as in
 /// `headlab ... 2>&1 | head -1`: every later line, and anything printed on stdout, meets a
-/// closed pipe. Returns how it ended (a hang past 20 minutes fails the test).
+/// closed pipe. Returns how it ended and that first line (a hang past 20 minutes fails the
+/// test).
 #[allow(dead_code)]
-pub fn headlab_reader_leaves(args: &[&str], cwd: &Path) -> std::process::ExitStatus {
+pub fn headlab_reader_leaves(args: &[&str], cwd: &Path) -> (std::process::ExitStatus, String) {
     use std::io::BufRead;
     let mut child = Command::new(env!("CARGO_BIN_EXE_headlab"))
         .args(args)
@@ -135,7 +136,7 @@ pub fn headlab_reader_leaves(args: &[&str], cwd: &Path) -> std::process::ExitSta
     let start = Instant::now();
     loop {
         if let Some(status) = child.try_wait().expect("waiting for headlab") {
-            return status;
+            return (status, first);
         }
         if start.elapsed() > Duration::from_secs(20 * 60) {
             let _ = child.kill();
