@@ -551,6 +551,28 @@ mod tests {
         assert_eq!(verdict(f64::NAN, 1.0), "-");
     }
 
+    /// The header names the commit `cargo xtask bench` measured, and says when none was
+    /// recorded (a record run by hand, or one from before the field existed).
+    #[test]
+    fn the_header_names_the_commit() {
+        let header = |out: serde_json::Value| {
+            let md = bench_markdown(&out);
+            md.lines()
+                .find(|l| l.starts_with("Command: "))
+                .map(str::to_string)
+        };
+        let mut out = json!({ "command": "cargo xtask bench", "commit": "0123456789ab+dirty",
+                              "versions": { "headlab": "0.2.0" } });
+        let line = header(out.clone()).expect("a Command line");
+        assert!(
+            line.contains("Commit 0123456789ab+dirty, headlab 0.2.0"),
+            "{line}"
+        );
+        out.as_object_mut().unwrap().remove("commit");
+        let line = header(out).expect("a Command line");
+        assert!(line.contains("Commit unrecorded,"), "{line}");
+    }
+
     /// PyTorch at its best is the faster of fused and compiled in each round, not the faster
     /// of their medians over rounds.
     #[test]
