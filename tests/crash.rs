@@ -716,3 +716,117 @@ fn a_log_reader_that_goes_away_does_not_end_the_run() {
         assert!(run.join(file).exists(), "no {file} in the run");
     }
 }
+
+/// A lab stopped inside one of its runs keeps its finished runs and that run's checkpoint
+/// and says how to continue; `--resume` continues to exactly the losses and table of a lab
+/// never stopped, a second `--resume` keeps every finished run without training it, and
+/// one with other settings trains the runs again.
+#[test]
+fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let lab = |out: &'static str, extra: &[&'static str]| {
+        let mut args = vec![
+            "lab",
+            "heads",
+            "--out",
+            out,
+            "--heads",
+            "1,2",
+            "--seeds",
+            "5",
+            "--set",
+            "train.max_iters=30",
+            "--set",
+            "train.eval_interval=10",
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    ok(command(&lab("straight", &[]), dir).output().unwrap());
+
+    // Stopped inside step 7 of the first run: saved at 8, the second run never started.
+    let mut p = Running::spawn_env(
+        &lab("stopped", &[]),
+        dir,
+        &[("HEADLAB_TEST_STOP_AT", "step@7")],
+    );
+    p.wait_for("headlab-test: waiting at step@7");
+    Signals::Once("INT").send(p.child.id());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupted at step 8 of stopped/h1-s5, which saved a checkpoint"),
+        "{stderr}"
+    );
+    let continues = "Continue the lab with: headlab lab heads --out stopped --heads 1,2 \
+                     --seeds 5 --set train.max_iters=30 --set train.eval_interval=10 --resume";
+    assert!(stderr.contains(continues), "{stderr}");
+    assert!(!stderr.contains("error:"), "{stderr}");
+    let stopped = dir.join("stopped");
+    assert_eq!(checkpoint_step(&stopped.join("h1-s5/last")), 8);
+    assert!(!stopped.join("h2-s5").exists());
+
+    let resumed = ok(command(&lab("stopped", &["--resume"]), dir)
+        .output()
+        .unwrap());
+    assert!(
+        resumed.contains("stopped/h1-s5: stopped at step 8: continuing from there"),
+        "{resumed}"
+    );
+    // From its checkpoint, not from scratch: the first run's first evaluation is at 10, the
+    // second's at 0.
+    assert_eq!(
+        eval_steps(&resumed),
+        [10, 20, 30, 0, 10, 20, 30],
+        "{resumed}"
+    );
+    let read = |path: &Path| std::fs::read_to_string(path).unwrap();
+    for run in ["h1-s5", "h2-s5"] {
+        assert_eq!(
+            metrics(&stopped.join(run)),
+            metrics(&dir.join("straight").join(run)),
+            "{run}: the resumed lab's losses differ"
+        );
+    }
+    assert_eq!(
+        read(&stopped.join("val_loss.csv")),
+        read(&dir.join("straight/val_loss.csv"))
+    );
+    // The summary's "Reproduce" line starts the lab afresh.
+    let summary = read(&stopped.join("summary.md"));
+    assert!(
+        summary.contains("`headlab lab heads --out stopped --heads 1,2 --seeds 5 --set train.max_iters=30 --set train.eval_interval=10`"),
+        "{summary}"
+    );
+
+    // Everything finished: kept as it is (a retrained run would write new step timings).
+    let files = |name| read(&stopped.join(name).join("metrics.csv"));
+    let before = [files("h1-s5"), files("h2-s5")];
+    let again = ok(command(&lab("stopped", &["--resume"]), dir)
+        .output()
+        .unwrap());
+    for run in ["h1-s5", "h2-s5"] {
+        assert!(
+            again.contains(&format!("stopped/{run}: finished before: kept")),
+            "{again}"
+        );
+    }
+    assert_eq!([files("h1-s5"), files("h2-s5")], before);
+
+    // Other settings: no run is theirs, so each trains again.
+    let other = ok(command(
+        &lab("stopped", &["--set", "train.max_iters=20", "--resume"]),
+        dir,
+    )
+    .output()
+    .unwrap());
+    assert!(
+        other.contains(
+            "stopped/h1-s5: it was trained with other settings (train.max_iters): training it \
+             again from the start"
+        ),
+        "{other}"
+    );
+    assert_eq!(checkpoint_step(&stopped.join("h2-s5/last")), 20);
+}

@@ -595,6 +595,46 @@ fn misplaced_options_and_paths_say_what_to_use_instead() {
     );
 }
 
+/// `lab --resume` needs the lab's folder and takes no --force; a lab's folder that exists is
+/// kept, and the error says how to continue the lab in it.
+#[test]
+fn lab_resume_and_an_existing_folder_say_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    fails(
+        dir,
+        &["lab", "heads", "--out", "nowhere", "--resume"],
+        &[
+            "nothing to resume: nowhere does not exist",
+            "leave out --resume",
+        ],
+    );
+    std::fs::create_dir(dir.join("keep")).unwrap();
+    std::fs::write(dir.join("keep/notes.txt"), "mine").unwrap();
+    fails(
+        dir,
+        &["lab", "heads", "--out", "keep", "--resume", "--force"],
+        &["--resume", "--force", "cannot be used with"],
+    );
+    fails(
+        dir,
+        &[
+            "lab",
+            "symmetry",
+            "--out",
+            "keep",
+            "--set",
+            "train.max_iters=9",
+        ],
+        &[
+            "keep already exists",
+            "pass --force to replace it",
+            "continue a lab stopped there with: headlab lab symmetry --out keep --set \
+             train.max_iters=9 --resume",
+        ],
+    );
+}
+
 /// `lab grokking`'s modulus must be a prime its vocabulary can hold, and its other settings
 /// in range; each is refused by name before anything is written or, under --force, removed.
 #[test]

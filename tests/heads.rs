@@ -1143,7 +1143,8 @@ fn patch_paths_match_transformer_lens_and_refuse_paths_that_do_not_exist() {
 
 /// A reduced `lab symmetry` (100 steps, tracked every 25): the identical starts stay
 /// identical bit for bit on flex and on ndarray at every checked step, the perturbed and
-/// random ones differ from the start, and every run's history holds gradient norms.
+/// random ones differ from the start, and every run's history holds gradient norms. Resumed,
+/// it keeps its finished runs and gives the same table.
 #[test]
 fn a_short_lab_symmetry_keeps_identical_heads_identical() {
     let dir = tempfile::tempdir().unwrap();
@@ -1198,6 +1199,22 @@ fn a_short_lab_symmetry_keeps_identical_heads_identical() {
     assert!(grad.is_finite() && grad > 0.0, "{last}");
     let copying = column("copying");
     assert!((-1.0..=1.0).contains(&copying), "{last}");
+
+    // `--resume` keeps each finished run with its checks; one without its checks (as a run
+    // stopped before the end leaves it) trains again from step 0, to the same row.
+    std::fs::remove_file(dir.path().join("sym/random-flex/symmetry_checks.json")).unwrap();
+    let mut again = args.to_vec();
+    again.push("--resume");
+    let out = headlab(&again, dir.path());
+    ok(&out);
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(log.matches("finished before: kept").count(), 5, "{log}");
+    assert!(
+        log.contains("sym/random-flex: no checks saved (symmetry_checks.json"),
+        "{log}"
+    );
+    let resumed = std::fs::read_to_string(dir.path().join("sym/symmetry.csv")).unwrap();
+    assert_eq!(resumed, csv);
 }
 
 /// `heads` on a grammar run: syntax.txt is the val split cut to whole sentences (cut again

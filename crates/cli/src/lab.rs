@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use headlab_kernels::BackendKind;
-use headlab_labs::{ambiguity, grokking, head_count, induction, symmetry};
+use headlab_labs::{Runs, ambiguity, grokking, head_count, induction, symmetry};
 
 use crate::common::observers;
 
@@ -195,6 +195,11 @@ pub struct Common {
     /// Overwrite the output directory if it exists.
     #[arg(long)]
     pub force: bool,
+    /// Continue a lab that was stopped (Ctrl-C, a crash), in the same --out: each run that
+    /// finished with the same settings is kept, one stopped at a checkpoint continues from
+    /// it, and the rest train.
+    #[arg(long, conflicts_with = "force")]
+    pub resume: bool,
     /// Override a config key of the lab's runs (repeatable), e.g. --set train.max_iters=300.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
@@ -217,12 +222,16 @@ impl Common {
 
 /// Runs the lab.
 pub fn run(args: LabArgs) -> Result<()> {
-    let (name, out, force) = match &args.name {
-        LabName::Induction { common, .. } => ("induction", &common.out, common.force),
-        LabName::Heads { common, .. } => ("heads", &common.out, common.force),
-        LabName::Ambiguity { common, .. } => ("ambiguity", &common.out, common.force),
-        LabName::Symmetry { common, .. } => ("symmetry", &common.out, common.force),
-        LabName::Grokking { out, force, .. } => ("grokking", out, *force),
+    let (name, out, force, resume) = match &args.name {
+        LabName::Induction { common, .. } => {
+            ("induction", &common.out, common.force, common.resume)
+        }
+        LabName::Heads { common, .. } => ("heads", &common.out, common.force, common.resume),
+        LabName::Ambiguity { common, .. } => {
+            ("ambiguity", &common.out, common.force, common.resume)
+        }
+        LabName::Symmetry { common, .. } => ("symmetry", &common.out, common.force, common.resume),
+        LabName::Grokking { out, force, .. } => ("grokking", out, *force, false),
     };
     if let LabName::Induction { misplaced, .. }
     | LabName::Ambiguity { misplaced, .. }
@@ -245,27 +254,45 @@ pub fn run(args: LabArgs) -> Result<()> {
             Vec::new()
         }
     };
-    if out.exists() {
+    // The summary's "Reproduce" line starts the lab afresh; a stop request says how to
+    // continue it.
+    let reproduce = command_line();
+    let resume_command = format!("{reproduce} --resume");
+    if resume && !out.exists() {
+        bail!(
+            "nothing to resume: {} does not exist; to start the lab, leave out --resume",
+            out.display()
+        );
+    }
+    if out.exists() && !resume {
         if !force {
+            let continues = match name {
+                "grokking" => String::new(),
+                _ => format!(", or continue a lab stopped there with: {resume_command}"),
+            };
             bail!(
-                "{} already exists; choose another --out or pass --force",
+                "{} already exists; choose another --out, pass --force to replace it{continues}",
                 out.display()
             );
         }
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
     }
-    let reproduce = command_line();
+    let runs = Runs {
+        observers: &observers,
+        resume,
+        resume_command: &resume_command,
+    };
     let summary = match &args.name {
-        LabName::Induction { .. } => induction::run(&out, &sets, &reproduce, &observers)?,
+        LabName::Induction { .. } => induction::run(&out, &sets, &reproduce, runs)?,
         LabName::Heads { seeds, heads, .. } => {
             let seeds = seeds.clone().unwrap_or_else(|| head_count::SEEDS.to_vec());
             let counts = heads
                 .clone()
                 .unwrap_or_else(|| head_count::HEAD_COUNTS.to_vec());
-            head_count::run(&out, &sets, seeds, &counts, &reproduce, &observers)?
+            head_count::run(&out, &sets, seeds, &counts, &reproduce, runs)?
         }
-        LabName::Ambiguity { .. } => ambiguity::run(&out, &sets, &reproduce, &observers)?,
-        LabName::Symmetry { .. } => symmetry::run(&out, &sets, &reproduce, &observers)?,
+        LabName::Ambiguity { .. } => ambiguity::run(&out, &sets, &reproduce, runs)?,
+        LabName::Symmetry { .. } => symmetry::run(&out, &sets, &reproduce, runs)?,
         LabName::Grokking { settings, .. } => grokking::run(&out, &settings.config(), &reproduce)?,
     };
     // A reader that went away (`headlab lab ... | head`) misses the summary, which is in
@@ -275,8 +302,8 @@ pub fn run(args: LabArgs) -> Result<()> {
     Ok(())
 }
 
-/// The command as typed, for the summary's "Reproduce" line: `headlab` and its arguments, each
-/// quoted for a POSIX shell where it needs to be.
+/// The command as typed, for the summary's "Reproduce" line: `headlab` and its arguments but
+/// `--resume`, each quoted for a POSIX shell where it needs to be.
 fn command_line() -> String {
     let quote = |a: String| {
         let plain = a
@@ -289,7 +316,12 @@ fn command_line() -> String {
         }
     };
     std::iter::once("headlab".to_string())
-        .chain(std::env::args().skip(1).map(quote))
+        .chain(
+            std::env::args()
+                .skip(1)
+                .filter(|a| a != "--resume")
+                .map(quote),
+        )
         .collect::<Vec<_>>()
         .join(" ")
 }

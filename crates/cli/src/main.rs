@@ -12,6 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use headlab_labs::LabError;
 use headlab_train::trainer::TrainError;
 
 mod common;
@@ -109,12 +110,21 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Train(_) => catch_stop_requests(),
         // A lab trains for minutes: like training, it keeps SIGPIPE ignored, so a log reader
-        // that goes away (`headlab lab heads 2>&1 | head`) costs lines, not the lab's runs.
+        // that goes away (`headlab lab heads 2>&1 | head`) costs lines, not the lab's runs;
+        // and a lab of training runs stops them as training does (grokking has its own loop,
+        // which Ctrl-C ends at once).
+        Command::Lab(ref lab) if !matches!(lab.name, lab::LabName::Grokking { .. }) => {
+            catch_stop_requests()
+        }
         Command::Lab(_) => {}
         _ => quiet_broken_pipe(),
     }
     match headlab_kernels::on_compute_pool(|| run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if matches!(error.downcast_ref(), Some(LabError::Interrupted { .. })) => {
+            eprintln!("{error}");
+            ExitCode::from(headlab_train::stop::exit_code())
+        }
         Err(error) => match error.downcast_ref::<TrainError>() {
             Some(
                 interrupted @ (TrainError::Interrupted { .. }

@@ -16,7 +16,7 @@ use headlab_model::{ForwardOptions, Gpt};
 use headlab_report::REPORT_FILE;
 use headlab_train::config::RunConfig;
 
-use crate::{LabError, Observers, lab_config, open, publish_run, train_run, write_summary};
+use crate::{LabError, Runs, lab_config, open, publish_run, train_run, write_summary};
 
 /// The shipped config: 2 layers x 4 heads, byte-level BPE, 1000 steps on the attach corpus.
 pub const CONFIG: &str = include_str!("../../../configs/lab-ambiguity.toml");
@@ -27,10 +27,10 @@ pub fn run(
     out: &Path,
     sets: &[String],
     reproduce: &str,
-    observers: Observers<'_>,
+    runs: Runs<'_>,
 ) -> Result<String, LabError> {
     let config = lab_config(CONFIG, "configs/lab-ambiguity.toml", sets)?;
-    let lab = ambiguity(config, out, observers)?;
+    let lab = ambiguity(config, out, runs)?;
     publish_run(out, "headlab lab ambiguity", &lab.report, &[REPORT_FILE])?;
     write_summary(out, summary(&lab, reproduce))
 }
@@ -124,13 +124,9 @@ fn word_ends(tokenizer: &Tokenizer, words: &[&str], single: &[usize]) -> Option<
 
 /// Trains the ambiguity run into `dir/run` on the `attach` corpus and measures, for every
 /// head, where "with" and "and" look under each reading.
-pub fn ambiguity(
-    config: RunConfig,
-    dir: &Path,
-    observers: Observers<'_>,
-) -> Result<AmbiguityLab, LabError> {
+pub fn ambiguity(config: RunConfig, dir: &Path, runs: Runs<'_>) -> Result<AmbiguityLab, LabError> {
     let run_dir = dir.join("run");
-    train_run(config, run_dir.clone(), observers)?;
+    train_run(config, run_dir.clone(), runs)?;
     let (trained, device, data) = open(&run_dir)?;
     let (cfg, tokenizer, model) = (&trained.config, &trained.tokenizer, &trained.model);
     // First-token ids of each form of the last verb, singular and plural.

@@ -19,7 +19,7 @@ use headlab_model::{ForwardOptions, Gpt};
 use headlab_report::{ReportError, report_run};
 use headlab_train::config::RunConfig;
 
-use crate::{LabError, Observers, lab_config, open, train_run, write, write_summary};
+use crate::{LabError, Runs, lab_config, open, train_run, write, write_summary};
 
 /// The shipped config: 1 layer, d_model 64, 1500 steps on the lookup corpus.
 pub const CONFIG: &str = include_str!("../../../configs/lab-heads.toml");
@@ -39,10 +39,10 @@ pub fn run(
     seeds: Vec<u64>,
     head_counts: &[usize],
     reproduce: &str,
-    observers: Observers<'_>,
+    runs: Runs<'_>,
 ) -> Result<String, LabError> {
     let base = lab_config(CONFIG, "configs/lab-heads.toml", sets)?;
-    let lab = heads(base, seeds, head_counts, out, observers)?;
+    let lab = heads(base, seeds, head_counts, out, runs)?;
     for c in &lab.counts {
         for seed in &lab.seeds {
             report_run(&out.join(format!("h{}-s{seed}", c.n_heads)))?;
@@ -229,7 +229,7 @@ pub fn heads(
     seeds: Vec<u64>,
     head_counts: &[usize],
     dir: &Path,
-    observers: Observers<'_>,
+    runs: Runs<'_>,
 ) -> Result<HeadsLab, LabError> {
     let d_model = base.model.d_model;
     let started = Instant::now();
@@ -276,7 +276,7 @@ pub fn heads(
             let run_dir = dir.join(format!("h{h}-s{seed}"));
             count
                 .val_losses
-                .push(train_run(config, run_dir.clone(), observers)?);
+                .push(train_run(config, run_dir.clone(), runs)?.val_loss);
             let (trained, device, data) = open(&run_dir)?;
             let (cfg, model) = (&trained.config, &trained.model);
             count.params = model.num_params();
@@ -728,7 +728,12 @@ mod tests {
     fn a_head_count_that_does_not_divide_d_model_is_refused_before_training() {
         let out = tempfile::tempdir().unwrap();
         let base = lab_config(CONFIG, "configs/lab-heads.toml", &[]).unwrap();
-        let err = heads(base, vec![1], &[3], out.path(), &Vec::new).unwrap_err();
+        let runs = Runs {
+            observers: &Vec::new,
+            resume: false,
+            resume_command: "",
+        };
+        let err = heads(base, vec![1], &[3], out.path(), runs).unwrap_err();
         let LabError::HeadsDoNotDivide {
             heads: 3,
             d_model: 64,

@@ -5,7 +5,6 @@
 
 use std::fmt::Write as _;
 use std::path::Path;
-use std::time::Instant;
 
 use burn::tensor::Device;
 use headlab_heads::history::{Circuit, HeadHistory, find_circuit};
@@ -18,7 +17,7 @@ use headlab_model::{Gpt, HeadInput};
 use headlab_report::{REPORT_FILE, to_table};
 use headlab_train::config::RunConfig;
 
-use crate::{LabError, Observers, lab_config, open, publish_run, train_run, write_summary};
+use crate::{LabError, Runs, lab_config, open, publish_run, train_run, write_summary};
 
 /// The shipped config: 2 layers x 2 heads, attention only, 2000 steps.
 pub const CONFIG: &str = include_str!("../../../configs/lab-induction.toml");
@@ -30,10 +29,10 @@ pub fn run(
     out: &Path,
     sets: &[String],
     reproduce: &str,
-    observers: Observers<'_>,
+    runs: Runs<'_>,
 ) -> Result<String, LabError> {
     let config = lab_config(CONFIG, "configs/lab-induction.toml", sets)?;
-    let lab = induction(config, out, observers)?;
+    let lab = induction(config, out, runs)?;
     let files = ["heads.png", "loss.png", REPORT_FILE];
     publish_run(out, "headlab lab induction", &lab.report, &files)?;
     write_summary(out, summary(&lab, reproduce))
@@ -234,15 +233,9 @@ fn key_paths(
 }
 
 /// Trains the induction run into `dir/run` and reads the circuit out of it.
-pub fn induction(
-    config: RunConfig,
-    dir: &Path,
-    observers: Observers<'_>,
-) -> Result<InductionLab, LabError> {
+pub fn induction(config: RunConfig, dir: &Path, runs: Runs<'_>) -> Result<InductionLab, LabError> {
     let run_dir = dir.join("run");
-    let started = Instant::now();
-    train_run(config, run_dir.clone(), observers)?;
-    let seconds = started.elapsed().as_secs_f64();
+    let seconds = train_run(config, run_dir.clone(), runs)?.seconds;
     let path = run_dir.join(HISTORY_FILE);
     let text = std::fs::read_to_string(&path).map_err(|source| LabError::File {
         action: "read",

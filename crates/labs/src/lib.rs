@@ -30,8 +30,8 @@ use headlab_data::{DataError, Dataset, TokenizerError};
 use headlab_heads::HeadReport;
 use headlab_report::{ReportError, report_run, write_head_report};
 use headlab_train::config::{ConfigError, RunConfig};
-use headlab_train::run::{OpenError, Trained, open_trained};
-use headlab_train::trainer::{Observer, TrainError, TrainOptions, load_dataset, train};
+use headlab_train::run::{OpenError, RunDir, RunError, Trained, open_trained};
+use headlab_train::trainer::{InitHook, Observer, TrainError, TrainOptions, load_dataset, train};
 use thiserror::Error;
 
 /// Why a lab could not finish.
@@ -100,6 +100,20 @@ pub enum LabError {
     /// The path patching of a lab's circuit.
     #[error(transparent)]
     Path(#[from] headlab_heads::PathError),
+    /// A stop request (Ctrl-C, SIGTERM) ended one of the lab's runs at a checkpoint.
+    #[error(
+        "interrupted at step {step} of {}, which saved a checkpoint there; the lab's finished \
+         runs are kept. Continue the lab with: {resume}",
+        .run.display()
+    )]
+    Interrupted {
+        /// The step the run stopped at.
+        step: usize,
+        /// The run.
+        run: PathBuf,
+        /// The command that continues the lab.
+        resume: String,
+    },
     /// `lab ambiguity` found no sentence to measure.
     #[error(
         "no ambiguous sentence fits the model's context with \"with\" and \"and\" as one token \
@@ -117,6 +131,19 @@ impl From<TrainError> for LabError {
 /// Makes the observers of each training run (head tracking, plots).
 pub type Observers<'a> = &'a dyn Fn() -> Vec<Box<dyn Observer>>;
 
+/// How a lab trains its runs.
+#[derive(Clone, Copy)]
+pub struct Runs<'a> {
+    /// Each run's observers.
+    pub observers: Observers<'a>,
+    /// `--resume`: keep what an earlier, stopped lab left in the output directory. A run that
+    /// finished with the same config is reused, one stopped at a checkpoint continues from
+    /// it, and any other trains from the start.
+    pub resume: bool,
+    /// The command that continues this lab, for the line a stop request prints.
+    pub resume_command: &'a str,
+}
+
 /// A lab's shipped config (embedded, so `headlab lab` works from any folder) with the user's
 /// `--set`s applied, validated. `name` is the file it came from, for error messages.
 pub fn lab_config(toml: &str, name: &str, sets: &[String]) -> Result<RunConfig, LabError> {
@@ -126,18 +153,194 @@ pub fn lab_config(toml: &str, name: &str, sets: &[String]) -> Result<RunConfig, 
     Ok(config)
 }
 
-/// Trains `config` into `dir` (replacing it); returns its final val loss.
-fn train_run(config: RunConfig, dir: PathBuf, observers: Observers<'_>) -> Result<f64, LabError> {
-    let options = TrainOptions {
-        config,
-        out: dir,
-        force: true,
-        resume: false,
-        resume_sets: Vec::new(),
-        print_sample: false,
-        init: None,
+/// A trained run of a lab.
+#[derive(Debug, Clone, Copy)]
+struct RunDone {
+    /// Its last evaluation's val loss.
+    val_loss: f64,
+    /// Wall seconds it trained, over every process that trained it.
+    seconds: f64,
+    /// Kept from an earlier lab (`--resume`), not trained now.
+    reused: bool,
+}
+
+/// What `--resume` finds where a lab's run goes.
+#[derive(Debug, PartialEq)]
+enum Earlier {
+    /// Nothing: the run trains.
+    Nothing,
+    /// A run that finished with this config: it is reused.
+    Finished,
+    /// A run of this config stopped at the checkpoint of this step: it continues there.
+    Stopped(usize),
+    /// Anything else (another config, no checkpoint, unreadable): the run trains again from
+    /// the start, for this reason.
+    Unusable(String),
+}
+
+/// What an earlier lab left in `dir` for a run of `config`.
+fn earlier(dir: &Path, config: &RunConfig) -> Earlier {
+    if !dir.exists() {
+        return Earlier::Nothing;
+    }
+    let run = match RunDir::open(dir) {
+        Ok(run) => run,
+        Err(e) => return Earlier::Unusable(e.to_string()),
     };
-    Ok(train(options, &mut observers())?.val_loss)
+    let saved = match run.config() {
+        Ok(saved) => saved,
+        Err(e) => return Earlier::Unusable(e.to_string()),
+    };
+    // A fresh run records its text's path absolutely (trainer.rs); compare it so.
+    let mut now = config.clone();
+    if let Some(path) = &now.data.path {
+        now.data.path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
+    }
+    let changed = changed_keys(&saved, &now);
+    if !changed.is_empty() {
+        return Earlier::Unusable(format!(
+            "it was trained with other settings ({})",
+            changed.join(", ")
+        ));
+    }
+    match run.result() {
+        Ok(Some(_)) => return Earlier::Finished,
+        Ok(None) => {}
+        Err(e) => return Earlier::Unusable(e.to_string()),
+    }
+    match run.last_step() {
+        Some(step) if run.has_checkpoint("last") => Earlier::Stopped(step),
+        _ => Earlier::Unusable("it stopped before its first checkpoint".into()),
+    }
+}
+
+/// The config keys (`section.key`) whose values differ between `a` and `b`.
+fn changed_keys(a: &RunConfig, b: &RunConfig) -> Vec<String> {
+    fn flat(prefix: &str, v: serde_json::Value, out: &mut Vec<(String, serde_json::Value)>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    let key = if prefix.is_empty() {
+                        k
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    flat(&key, v, out);
+                }
+            }
+            v => out.push((prefix.to_string(), v)),
+        }
+    }
+    let to_flat = |c: &RunConfig| {
+        let mut out = Vec::new();
+        flat(
+            "",
+            serde_json::to_value(c).expect("a config serialises"),
+            &mut out,
+        );
+        out
+    };
+    let (a, b) = (to_flat(a), to_flat(b));
+    let mut keys: Vec<String> = a
+        .iter()
+        .filter(|(k, v)| b.iter().find(|(kb, _)| kb == k).map(|(_, vb)| vb) != Some(v))
+        .chain(b.iter().filter(|(k, _)| !a.iter().any(|(ka, _)| ka == k)))
+        .map(|(k, _)| k.clone())
+        .collect();
+    keys.dedup();
+    keys
+}
+
+/// Trains `config` into `dir`, or with `--resume` reuses or continues what an earlier lab
+/// left there ([`Earlier`]). A stop request ends it with [`LabError::Interrupted`]; once it
+/// is done, a request ends the process at once, the run kept.
+fn train_run(config: RunConfig, dir: PathBuf, runs: Runs<'_>) -> Result<RunDone, LabError> {
+    train_run_with(config, dir, runs, None, Vec::new())
+}
+
+/// [`train_run`] with an init hook and observers of the lab's own (after the usual ones).
+fn train_run_with(
+    config: RunConfig,
+    dir: PathBuf,
+    runs: Runs<'_>,
+    init: Option<InitHook>,
+    own: Vec<Box<dyn Observer>>,
+) -> Result<RunDone, LabError> {
+    let found = if runs.resume {
+        earlier(&dir, &config)
+    } else {
+        Earlier::Nothing
+    };
+    let shown = dir.display();
+    match &found {
+        Earlier::Nothing => {}
+        Earlier::Finished => headlab_train::log_line!("{shown}: finished before: kept"),
+        Earlier::Stopped(step) => {
+            headlab_train::log_line!("{shown}: stopped at step {step}: continuing from there")
+        }
+        Earlier::Unusable(why) => {
+            headlab_train::log_line!("{shown}: {why}: training it again from the start")
+        }
+    }
+    let reused = found == Earlier::Finished;
+    if !reused {
+        let options = TrainOptions {
+            config,
+            out: dir.clone(),
+            force: true,
+            resume: matches!(found, Earlier::Stopped(_)),
+            resume_sets: Vec::new(),
+            print_sample: false,
+            init,
+        };
+        let mut observers = (runs.observers)();
+        observers.extend(own);
+        match train(options, &mut observers) {
+            Ok(_) => {}
+            Err(
+                TrainError::Interrupted { step, run }
+                | TrainError::InterruptedAfterTraining { step, run },
+            ) => {
+                return Err(LabError::Interrupted {
+                    step,
+                    run,
+                    resume: runs.resume_command.to_string(),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    between_runs(&dir, runs);
+    let mut done = done(&dir)?;
+    done.reused = reused;
+    Ok(done)
+}
+
+/// After a run is saved: a stop request ends the process at once, saying how to continue.
+fn between_runs(dir: &Path, runs: Runs<'_>) {
+    headlab_train::stop::nothing_at_stake(format!(
+        "interrupted between the lab's runs; the finished ones are kept in {}. Continue the \
+         lab with: {}",
+        dir.parent().unwrap_or(dir).display(),
+        runs.resume_command
+    ));
+}
+
+/// The val loss and training seconds of the finished run in `dir`.
+fn done(dir: &Path) -> Result<RunDone, LabError> {
+    let run = RunDir::open(dir).map_err(OpenError::from)?;
+    let result = run.result().map_err(OpenError::from)?.ok_or_else(|| {
+        OpenError::from(RunError::NotARun {
+            path: dir.to_path_buf(),
+            why: "it has no result.json: it did not finish".into(),
+        })
+    })?;
+    let seconds = run.checkpoint_state("last").map_or(0.0, |s| s.elapsed_s);
+    Ok(RunDone {
+        val_loss: result.val_loss,
+        seconds,
+        reused: false,
+    })
 }
 
 /// The best checkpoint of a finished run on its own backend, with its data.

@@ -11,7 +11,6 @@
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use burn::module::Param;
 use burn::nn::Linear;
@@ -21,11 +20,11 @@ use headlab_kernels::{BackendKind, to_host};
 use headlab_model::Gpt;
 use headlab_report::ReportError;
 use headlab_train::config::RunConfig;
-use headlab_train::trainer::{InitHook, Observer, ObserverError, TrainOptions, train};
+use headlab_train::trainer::{InitHook, Observer, ObserverError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::{LabError, Observers, lab_config, write, write_summary};
+use crate::{LabError, Runs, lab_config, train_run_with, write, write_summary};
 
 /// The shipped config: a small attention-only model on the grammar corpus, 800 steps of batch
 /// 32, tracked every 25.
@@ -106,7 +105,7 @@ pub struct SymmetryLab {
     pub config: RunConfig,
     /// The runs, in the order they were trained.
     pub runs: Vec<SymmetryRun>,
-    /// Seconds for the whole lab.
+    /// Wall seconds its runs trained, over every process that trained them (`--resume`).
     pub seconds: f64,
 }
 
@@ -117,10 +116,10 @@ pub fn run(
     out: &Path,
     sets: &[String],
     reproduce: &str,
-    observers: Observers<'_>,
+    runs: Runs<'_>,
 ) -> Result<String, LabError> {
     let config = lab_config(CONFIG, "configs/lab-symmetry.toml", sets)?;
-    let lab = symmetry(config, out, observers)?;
+    let lab = symmetry(config, out, runs)?;
     write(&out.join("symmetry.csv"), &csv(&lab))?;
     plot(&lab, &out.join("symmetry.png"))?;
     write_summary(out, summary(&lab, reproduce))
@@ -229,12 +228,22 @@ pub fn make_identical(mut model: Gpt, eps: f64, seed: u64) -> Gpt {
     model
 }
 
-/// What a [`Checker`] saw: steps checked, the first that differed, the vocabulary.
-#[derive(Debug, Default, Clone, Copy)]
+/// What a [`Checker`] saw: steps checked, the first that differed, the vocabulary. Saved in
+/// each run as [`SEEN_FILE`], so that `--resume` can reuse a finished run.
+#[derive(Debug, Default, Clone, Copy, serde::Serialize, serde::Deserialize)]
 struct Seen {
     checked: usize,
     first_difference: Option<usize>,
     vocab_size: usize,
+}
+
+/// A run's [`Seen`], as JSON.
+const SEEN_FILE: &str = "symmetry_checks.json";
+
+/// The [`Seen`] saved in `run_dir`, if it is there and reads.
+fn saved_seen(run_dir: &Path) -> Option<Seen> {
+    let text = std::fs::read_to_string(run_dir.join(SEEN_FILE)).ok()?;
+    serde_json::from_str(&text).ok()
 }
 
 /// Checks the heads bit for bit at every tracked step, and keeps the first step they differ.
@@ -276,12 +285,7 @@ fn separated_at(history: &HeadHistory) -> Option<usize> {
 }
 
 /// Trains every start into `dir/<start>-<backend>` and measures it.
-pub fn symmetry(
-    config: RunConfig,
-    dir: &Path,
-    observers: Observers<'_>,
-) -> Result<SymmetryLab, LabError> {
-    let started = Instant::now();
+pub fn symmetry(config: RunConfig, dir: &Path, runs: Runs<'_>) -> Result<SymmetryLab, LabError> {
     // The second CPU implementation: ndarray where this build has it (a cargo feature), else
     // flex on Burn's own ops, which shares no kernel with headlab's.
     let second = if BackendKind::Ndarray.built() {
@@ -294,7 +298,7 @@ pub fn symmetry(
         vec![(Start::Identical, "flex"), (Start::Identical, &second)];
     starts.extend(EPSILONS.iter().map(|&e| (Start::Perturbed(e), "flex")));
     starts.push((Start::Random, "flex"));
-    let mut runs = Vec::new();
+    let (mut measured, mut seconds) = (Vec::new(), 0.0);
     for (k, (start, backend)) in starts.into_iter().enumerate() {
         headlab_train::log_line!(
             "lab symmetry: run {}/6: {} on {backend}",
@@ -317,42 +321,61 @@ pub fn symmetry(
             start.name().replace(' ', "").replace('+', "-")
         );
         let run_dir = dir.join(&name);
-        let options = TrainOptions {
-            config: cfg,
-            out: run_dir.clone(),
-            force: true,
-            resume: false,
-            resume_sets: Vec::new(),
-            print_sample: false,
-            init,
-        };
-        let mut obs = observers();
-        obs.push(Box::new(Checker {
+        // A finished run is reused only with its checks; a stopped one trains again from
+        // step 0, for the checker to see every step in one process.
+        let kept = saved_seen(&run_dir).filter(|_| runs.resume);
+        if runs.resume && kept.is_none() && run_dir.exists() {
+            headlab_train::log_line!(
+                "{}: no checks saved ({SEEN_FILE}: the run did not finish): training it again \
+                 from the start, for the checks to see every step",
+                run_dir.display()
+            );
+        }
+        let checker = Checker {
             every,
             seen: seen.clone(),
-        }));
-        let val_loss = train(options, &mut obs)?.val_loss;
+        };
+        let this_run = Runs {
+            resume: kept.is_some(),
+            ..runs
+        };
+        let done = train_run_with(
+            cfg,
+            run_dir.clone(),
+            this_run,
+            init,
+            vec![Box::new(checker)],
+        )?;
+        seconds += done.seconds;
+        let seen = match kept {
+            Some(kept) if done.reused => kept,
+            _ => {
+                let seen = *seen.lock().expect("the checker is done");
+                let json = serde_json::to_string_pretty(&seen).expect("checks serialise") + "\n";
+                write(&run_dir.join(SEEN_FILE), &json)?;
+                seen
+            }
+        };
         let path = run_dir.join(HISTORY_FILE);
         let text = std::fs::read_to_string(&path).map_err(|source| LabError::File {
             action: "read",
             path: path.clone(),
             source,
         })?;
-        let seen = *seen.lock().expect("the checker is done");
-        runs.push(SymmetryRun {
+        measured.push(SymmetryRun {
             start,
             backend: backend.to_string(),
             checked: seen.checked,
             first_difference: seen.first_difference,
             separated_at: separated_at(&HeadHistory::parse(&text, usize::MAX)),
-            val_loss,
+            val_loss: done.val_loss,
             vocab_size: seen.vocab_size,
         });
     }
     Ok(SymmetryLab {
         config,
-        runs,
-        seconds: started.elapsed().as_secs_f64(),
+        runs: measured,
+        seconds,
     })
 }
 
@@ -435,8 +458,8 @@ pub fn summary(lab: &SymmetryLab, reproduce: &str) -> String {
     let _ = writeln!(
         s,
         "A small attention-only model on the {} corpus ({} layers x {} heads, d_model {}, \
-         batch {}, lr {}) trained for {} steps from seed {}, six ways, in {:.0} s for the whole \
-         lab ({} 2 minutes). Every head's weights were checked against head 0's, bit for bit, \
+         batch {}, lr {}) trained for {} steps from seed {}, six ways, {:.0} s of training in \
+         all ({} 2 minutes). Every head's weights were checked against head 0's, bit for bit, \
          every {every} steps; head scores and each head's gradient norm are in each run's \
          head_history.csv and on its report.html. Chance is ln {vocab} = {chance:.3}: a model \
          that learned ends at least {LEARNED_MARGIN} below it.\n",

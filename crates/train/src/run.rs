@@ -566,6 +566,22 @@ impl RunDir {
         write_atomic(&self.root.join(RESULT_FILE), json.as_bytes())
     }
 
+    /// `result.json`, which a run writes once it has trained to its last step; `None` before.
+    pub fn result(&self) -> Result<Option<RunResult>, RunError> {
+        let path = self.root.join(RESULT_FILE);
+        let text = match fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(RunError::Io { path, source }),
+        };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| RunError::NotARun {
+                path: self.root.clone(),
+                why: format!("its {RESULT_FILE} does not parse ({e})"),
+            })
+    }
+
     /// The saved tokenizer.
     pub fn tokenizer(&self) -> Result<Tokenizer, RunError> {
         Ok(Tokenizer::load(self.tokenizer_path())?)
