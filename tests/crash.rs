@@ -718,7 +718,7 @@ fn a_log_reader_that_goes_away_does_not_end_the_run() {
 }
 
 /// A lab stopped inside one of its runs keeps its finished runs and that run's checkpoint
-/// and says how to continue; `--resume` continues to exactly the losses and table of a lab
+/// (stopped between runs, the runs it finished) and says how to continue; `--resume` continues to exactly the losses and table of a lab
 /// never stopped, a second `--resume` keeps every finished run without training it, and
 /// one with other settings trains the runs again.
 #[test]
@@ -813,6 +813,38 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
         );
     }
     assert_eq!([files("h1-s5"), files("h2-s5")], before);
+
+    // Between runs, while the lab measures the first: the process ends at once, the first
+    // run kept, and --resume keeps it and trains the second.
+    let mut p = Running::spawn_env(
+        &lab("between", &[]),
+        dir,
+        &[("HEADLAB_TEST_STOP_AT", "lab:done")],
+    );
+    p.wait_for("headlab-test: waiting at lab:done");
+    Signals::Once("INT").send(p.child.id());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        stderr.contains(
+            "interrupted between the lab's runs; the finished ones are kept in between. \
+             Continue the lab with: headlab lab heads --out between"
+        ),
+        "{stderr}"
+    );
+    assert!(dir.join("between/h1-s5/result.json").is_file());
+    assert!(!dir.join("between/h2-s5").exists());
+    let resumed = ok(command(&lab("between", &["--resume"]), dir)
+        .output()
+        .unwrap());
+    assert!(
+        resumed.contains("between/h1-s5: finished before: kept"),
+        "{resumed}"
+    );
+    assert_eq!(
+        read(&dir.join("between/val_loss.csv")),
+        read(&dir.join("straight/val_loss.csv"))
+    );
 
     // Other settings: no run is theirs, so each trains again.
     let other = ok(command(

@@ -311,6 +311,7 @@ fn train_run_with(
         }
     }
     between_runs(&dir, runs);
+    headlab_train::stop::test_point(format_args!("lab:done"));
     let mut done = done(&dir)?;
     done.reused = reused;
     Ok(done)

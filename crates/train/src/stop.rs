@@ -89,7 +89,8 @@ pub fn nothing_at_stake(line: String) {
 /// a known moment. Points: `step@N` (inside step N, before its update), `eval@N` (between
 /// the batches of the evaluation at step N), `NAME:written@N` (checkpoint NAME written, not
 /// yet renamed), `final` (inside the end-of-run loss over the val split), `prepare` (a new
-/// run's text read, not yet tokenized), `heads` (after training, before the head table).
+/// run's text read, not yet tokenized), `heads` (after training, before the head table),
+/// `lab:done` (a lab's run saved, before the lab measures it).
 #[cfg(feature = "test-hooks")]
 pub fn test_point(point: std::fmt::Arguments<'_>) {
     static WANTED: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
