@@ -622,6 +622,8 @@ fn resuming_a_run_without_a_checkpoint_says_it_starts_again() {
     assert_eq!(checkpoint_step(&dir.join("run/last")), 10);
 }
 
+/// While a run trains, `report` says so and a second `train --resume` or `--force` on it is
+/// refused; once stopped, it is reported as stopped.
 #[test]
 fn a_run_still_training_is_reported_as_such_and_a_stopped_one_as_stopped() {
     let tmp = tempfile::tempdir().unwrap();
@@ -642,6 +644,21 @@ fn a_run_still_training_is_reported_as_such_and_a_stopped_one_as_stopped() {
         "{report}"
     );
     assert!(!report.contains("the run stopped at step"), "{report}");
+    // A second process on the same run is refused, and writes nothing there.
+    let before = metrics(&dir.join("run"));
+    for args in [
+        vec!["train", "--resume", "run"],
+        train_args("run", &["--force"]),
+    ] {
+        let out = command(&args, dir).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(&format!("run is being trained by process {pid} now")),
+            "{args:?}: {stderr}"
+        );
+    }
+    assert_eq!(metrics(&dir.join("run")), before);
     Signals::Once("INT").send(pid);
     let (code, stderr) = p.finish();
     assert_eq!(code, Some(130), "{stderr}");

@@ -83,6 +83,18 @@ pub enum TrainError {
         /// Why.
         source: std::io::Error,
     },
+    /// `--resume` or `--force` of a run another process is training now.
+    #[error(
+        "{} is being trained by process {pid} now; wait for it to finish, or stop it first \
+         (kill -INT {pid} saves a checkpoint there) and then resume it",
+        .run.display()
+    )]
+    StillTraining {
+        /// The run directory.
+        run: PathBuf,
+        /// The process training it.
+        pid: u32,
+    },
     /// `--resume` of a run that has already reached `train.max_iters`.
     #[error(
         "{} is already at step {step} and train.max_iters is {max_iters}: nothing to do, \
@@ -559,6 +571,18 @@ type Resolved = (RunDir, RunConfig, Dataset, RunConfig, Option<String>);
 /// `--set`s (saved once the checkpoint has loaded).
 // Over 80 lines on purpose: a fresh, resumed or forced run: three short branches that share their checks.
 fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
+    // Two processes on one run would interleave their checkpoints, and --force would
+    // remove the folder under the other.
+    if let Some(pid) = RunDir::open(&options.out)
+        .ok()
+        .filter(|_| options.resume || options.force)
+        .and_then(|run| run.training_pid())
+    {
+        return Err(TrainError::StillTraining {
+            run: options.out.clone(),
+            pid,
+        });
+    }
     let (run, config, dataset, saved, new_text) = if options.resume {
         let run = RunDir::open(&options.out)?;
         let saved = run.config()?;
