@@ -735,7 +735,8 @@ fn a_log_reader_that_goes_away_does_not_end_the_run() {
 }
 
 /// A lab stopped inside one of its runs keeps its finished runs and that run's checkpoint
-/// (stopped between runs, the runs it finished) and says how to continue; `--resume` continues to exactly the losses and table of a lab
+/// (stopped between runs, the runs it finished) and says how to continue (while it runs, a
+/// second lab on its folder is refused); `--resume` continues to exactly the losses and table of a lab
 /// never stopped, a second `--resume` keeps every finished run without training it, and
 /// one with other settings trains the runs again.
 #[test]
@@ -769,6 +770,14 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
         &[("HEADLAB_TEST_STOP_AT", "step@7")],
     );
     p.wait_for("headlab-test: waiting at step@7");
+    // A second lab on the same folder meanwhile is refused and changes nothing there.
+    let live = format!("is being trained by process {} now", p.child.id());
+    for extra in [["--force"], ["--resume"]] {
+        let out = command(&lab("stopped", &extra), dir).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
+        assert!(stderr.contains(&live), "{extra:?}: {stderr}");
+    }
     Signals::Once("INT").send(p.child.id());
     let (code, stderr) = p.finish();
     assert_eq!(code, Some(130), "{stderr}");

@@ -20,6 +20,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use headlab_kernels::BackendKind;
 use headlab_labs::{Runs, ambiguity, grokking, head_count, induction, symmetry};
+use headlab_train::run::RunDir;
 
 use crate::common::observers;
 
@@ -275,6 +276,13 @@ pub fn run(args: LabArgs) -> Result<()> {
                 out.display()
             );
         }
+        if let Some((run, pid)) = training_inside(&out) {
+            bail!(
+                "{} is being trained by process {pid} now; wait for the lab to finish, or stop \
+                 it first (kill -INT {pid}) and then continue it with --resume",
+                run.display()
+            );
+        }
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
     }
     let runs = Runs {
@@ -300,6 +308,14 @@ pub fn run(args: LabArgs) -> Result<()> {
     let _ = writeln!(std::io::stdout(), "{summary}");
     headlab_train::log_line!("wrote {}", out.join("summary.md").display());
     Ok(())
+}
+
+/// A run in `out` (a lab's folder) that a live process is training, and that process.
+fn training_inside(out: &Path) -> Option<(PathBuf, u32)> {
+    std::fs::read_dir(out).ok()?.flatten().find_map(|entry| {
+        let pid = RunDir::open(&entry.path()).ok()?.training_pid()?;
+        Some((entry.path(), pid))
+    })
 }
 
 /// The command as typed, for the summary's "Reproduce" line: `headlab` and its arguments but
