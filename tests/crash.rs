@@ -888,3 +888,55 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
     );
     assert_eq!(checkpoint_step(&stopped.join("h2-s5/last")), 20);
 }
+
+/// `lab grokking` keeps no checkpoint: a stop request ends its loop after the step, measured
+/// there, and its files are written up to that step (the rows before it equal a run never
+/// stopped) with the command's exit code 130.
+#[test]
+fn a_stopped_lab_grokking_writes_what_it_measured() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let lab = |out: &'static str| {
+        [
+            "lab",
+            "grokking",
+            "--out",
+            out,
+            "--p",
+            "31",
+            "--fraction",
+            "0.7",
+            "--steps",
+            "60",
+        ]
+    };
+    ok(command(&lab("straight"), dir).output().unwrap());
+    let mut p = Running::spawn_env(&lab("stopped"), dir, &[("HEADLAB_TEST_STOP_AT", "grok@40")]);
+    p.wait_for("headlab-test: waiting at grok@40");
+    Signals::Twice("INT").send(p.child.id());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        stderr.contains("Ctrl-C: stopping after this step to write what the lab has"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("interrupted at step 40 of 60: the results up to there are in stopped"),
+        "{stderr}"
+    );
+    let rows = |out: &str| -> Vec<String> {
+        let csv = std::fs::read_to_string(dir.join(out).join("grokking.csv")).unwrap();
+        csv.lines().skip(1).map(str::to_string).collect()
+    };
+    let (stopped, straight) = (rows("stopped"), rows("straight"));
+    let step = |row: &String| -> usize { row.split(',').next().unwrap().parse().unwrap() };
+    let (last, before) = stopped.split_last().unwrap();
+    assert_eq!(step(last), 40);
+    let straight_before: Vec<String> = straight.into_iter().filter(|r| step(r) < 40).collect();
+    assert_eq!(before, straight_before.as_slice());
+    let summary = std::fs::read_to_string(dir.join("stopped/summary.md")).unwrap();
+    assert!(summary.contains("40 of its 60 steps"), "{summary}");
+    for file in ["fourier.csv", "grokking.png", "loss.png", "fourier.png"] {
+        assert!(dir.join("stopped").join(file).is_file(), "{file}");
+    }
+}

@@ -108,20 +108,25 @@ fn main() -> ExitCode {
     quiet_panics();
     let cli = Cli::parse();
     match cli.command {
-        Command::Train(_) => catch_stop_requests(),
+        Command::Train(_) => catch_stop_requests("save a checkpoint", "the checkpoint is"),
         // A lab trains for minutes: like training, it keeps SIGPIPE ignored, so a log reader
         // that goes away (`headlab lab heads 2>&1 | head`) costs lines, not the lab's runs;
-        // and a lab of training runs stops them as training does (grokking has its own loop,
-        // which Ctrl-C ends at once).
-        Command::Lab(ref lab) if !matches!(lab.name, lab::LabName::Grokking { .. }) => {
-            catch_stop_requests()
+        // and a stop request ends its training as it ends a run's (grokking's loop keeps no
+        // checkpoint: it writes what it has).
+        Command::Lab(ref lab) if matches!(lab.name, lab::LabName::Grokking { .. }) => {
+            catch_stop_requests("write what the lab has", "its files are")
         }
-        Command::Lab(_) => {}
+        Command::Lab(_) => catch_stop_requests("save a checkpoint", "the checkpoint is"),
         _ => quiet_broken_pipe(),
     }
     match headlab_kernels::on_compute_pool(|| run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) if matches!(error.downcast_ref(), Some(LabError::Interrupted { .. })) => {
+        Err(error)
+            if matches!(
+                error.downcast_ref(),
+                Some(LabError::Interrupted { .. } | LabError::Cut { .. })
+            ) =>
+        {
             eprintln!("{error}");
             ExitCode::from(headlab_train::stop::exit_code())
         }
@@ -210,11 +215,11 @@ fn quiet_panics() {
     }));
 }
 
-/// SIGINT (Ctrl-C) and SIGTERM ask training to stop with a checkpoint of the step it
-/// prints, however often they arrive (`timeout` signals the child and then its group;
-/// supervisors repeat SIGTERM); see `headlab_train::stop`. Ctrl-\ (SIGQUIT) still quits at
-/// once.
-fn catch_stop_requests() {
+/// SIGINT (Ctrl-C) and SIGTERM ask training to stop after its step and `save` (a checkpoint
+/// of the step it prints), however often they arrive (`timeout` signals the child and then its
+/// group; supervisors repeat SIGTERM); see `headlab_train::stop`. `saving` names what is being
+/// saved when a request repeats. Ctrl-\ (SIGQUIT) still quits at once.
+fn catch_stop_requests(save: &'static str, saving: &'static str) {
     use headlab_train::stop::{Requested, request};
     use signal_hook::consts::{SIGINT, SIGTERM};
     use signal_hook::iterator::Signals;
@@ -222,7 +227,7 @@ fn catch_stop_requests() {
     let mut signals = match Signals::new([SIGINT, SIGTERM]) {
         Ok(signals) => signals,
         Err(e) => {
-            eprintln!("warning: Ctrl-C will stop training without a checkpoint ({e})");
+            eprintln!("warning: Ctrl-C will stop training at once; it cannot {save} ({e})");
             return;
         }
     };
@@ -238,13 +243,13 @@ fn catch_stop_requests() {
                 Requested::First => {
                     first = Some(std::time::Instant::now());
                     eprintln!(
-                        "\n{name}: stopping after this step to save a checkpoint (Ctrl-\\ quits \
-                         at once without saving)"
+                        "\n{name}: stopping after this step to {save} (Ctrl-\\ quits at once \
+                         without saving)"
                     );
                 }
                 // A repeat within a second is the same request delivered twice.
                 Requested::Again if first.is_some_and(|t| t.elapsed().as_secs_f64() > 1.0) => {
-                    eprintln!("\n{name}: still stopping: the checkpoint is being saved");
+                    eprintln!("\n{name}: still stopping: {saving} being saved");
                 }
                 Requested::Again => {}
             }

@@ -121,6 +121,16 @@ pub struct GrokLab {
     pub spectrum: Vec<f64>,
     /// Training time in seconds.
     pub seconds: f64,
+    /// The step a stop request (Ctrl-C) ended training at, measured there; `None` when it
+    /// ran all its steps.
+    pub stopped_at: Option<usize>,
+}
+
+impl GrokLab {
+    /// The steps it trained: all of them, or up to the stop.
+    pub fn steps_run(&self) -> usize {
+        self.stopped_at.unwrap_or(self.config.steps)
+    }
 }
 
 /// The one-layer model: learned positions, an MLP four times as wide, untied unembedding.
@@ -234,9 +244,15 @@ pub fn grokking(config: &GrokConfig, quiet: bool) -> Result<GrokLab, LabError> {
         step == config.steps || step.is_power_of_two() || step.is_multiple_of(config.eval_every)
     };
     let mut points = Vec::new();
+    let mut stopped_at = None;
     let started = Instant::now();
+    // From here a stop request ends the loop, measured where it stopped, and the lab writes
+    // what it has.
+    headlab_train::stop::at_stake();
     for step in 0..=config.steps {
-        if step == 0 || evaluated(step) {
+        headlab_train::stop::test_point(format_args!("grok@{step}"));
+        let stop = step < config.steps && headlab_train::stop::requested();
+        if step == 0 || evaluated(step) || stop {
             let (train_loss, train_acc) =
                 loss_and_accuracy(answer_log_probs(&model, x_train.clone()), &y_train);
             let (test_loss, test_acc) =
@@ -255,7 +271,10 @@ pub fn grokking(config: &GrokConfig, quiet: bool) -> Result<GrokLab, LabError> {
             ));
             points.push(point);
         }
-        if step == config.steps {
+        if stop {
+            stopped_at = Some(step);
+        }
+        if step == config.steps || stop {
             break;
         }
         let n = train.len();
@@ -281,10 +300,13 @@ pub fn grokking(config: &GrokConfig, quiet: bool) -> Result<GrokLab, LabError> {
         generalised_at,
         spectrum: fourier_spectrum(&wte, p, d),
         seconds,
+        stopped_at,
     })
 }
 
 /// Runs the lab into `out`: grokking.csv, grokking.png, fourier.csv, fourier.png, summary.md.
+/// Stopped by a request, it writes them up to the step it stopped at and returns
+/// [`LabError::Cut`].
 pub fn run(out: &Path, config: &GrokConfig, reproduce: &str) -> Result<String, LabError> {
     let lab = grokking(config, false)?;
     std::fs::create_dir_all(out).map_err(|source| LabError::File {
@@ -350,7 +372,15 @@ pub fn run(out: &Path, config: &GrokConfig, reproduce: &str) -> Result<String, L
         "share",
         &[series("embedding", bars)],
     )?;
-    write_summary(out, summary(&lab, reproduce))
+    let summary = write_summary(out, summary(&lab, reproduce))?;
+    match lab.stopped_at {
+        Some(step) => Err(LabError::Cut {
+            step,
+            steps: config.steps,
+            out: out.to_path_buf(),
+        }),
+        None => Ok(summary),
+    }
 }
 
 /// The frequencies that together hold `share` of the spectrum, largest first.
@@ -381,7 +411,7 @@ pub fn summary(lab: &GrokLab, reproduce: &str) -> String {
         s,
         "A 1-layer transformer (d_model {}, {} heads, MLP {}) on a + b mod {} ({} pairs trained \
          on, {} held out: a train fraction of {}), full-batch AdamW at lr {} with weight decay \
-         {}, {} steps, seed {}, in {:.0} s.\n",
+         {}, {}, seed {}, in {:.0} s.\n",
         c.d_model,
         c.n_heads,
         4 * c.d_model,
@@ -391,7 +421,13 @@ pub fn summary(lab: &GrokLab, reproduce: &str) -> String {
         c.fraction,
         c.lr,
         c.weight_decay,
-        c.steps,
+        match lab.stopped_at {
+            Some(step) => format!(
+                "{step} of its {} steps (a stop request ended it there: the curves end there)",
+                c.steps
+            ),
+            None => format!("{} steps", c.steps),
+        },
         c.seed,
         lab.seconds
     );
@@ -452,14 +488,14 @@ pub fn summary(lab: &GrokLab, reproduce: &str) -> String {
             let _ = writeln!(
                 s,
                 "The model memorised (step {m}) but did not generalise within {} steps: run longer (--steps) or with more weight decay.\n",
-                c.steps
+                lab.steps_run()
             );
         }
         _ => {
             let _ = writeln!(
                 s,
                 "The model did not fit its training pairs within {} steps.\n",
-                c.steps
+                lab.steps_run()
             );
         }
     }

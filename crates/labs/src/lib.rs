@@ -114,6 +114,22 @@ pub enum LabError {
         /// The command that continues the lab.
         resume: String,
     },
+    /// A stop request ended `lab grokking`'s loop, which keeps no checkpoint; its files
+    /// were written up to there.
+    #[error(
+        "interrupted at step {step} of {steps}: the results up to there are in {} \
+         (summary.md, grokking.csv and the pictures); lab grokking keeps no checkpoint, so \
+         run it again for all its steps",
+        .out.display()
+    )]
+    Cut {
+        /// The step it stopped at (measured).
+        step: usize,
+        /// The steps it was to train.
+        steps: usize,
+        /// The lab's folder.
+        out: PathBuf,
+    },
     /// `lab ambiguity` found no sentence to measure.
     #[error(
         "no ambiguous sentence fits the model's context with \"with\" and \"and\" as one token \
