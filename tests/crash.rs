@@ -763,15 +763,16 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
     };
     ok(command(&lab("straight", &[]), dir).output().unwrap());
 
-    // Stopped inside step 7 of the first run: saved at 8, the second run never started.
+    // Stopped inside step 7 of the first run: saved at 8, the second run never started. The
+    // command that continues it leaves out --force (clap refuses it beside --resume).
     let mut p = Running::spawn_env(
-        &lab("stopped", &[]),
+        &lab("stopped", &["--force"]),
         dir,
         &[("HEADLAB_TEST_STOP_AT", "step@7")],
     );
     p.wait_for("headlab-test: waiting at step@7");
     // A second lab on the same folder meanwhile is refused and changes nothing there.
-    let live = format!("is being trained by process {} now", p.child.id());
+    let live = format!("stopped is in use by process {} now", p.child.id());
     for extra in [["--force"], ["--resume"]] {
         let out = command(&lab("stopped", &extra), dir).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -840,6 +841,49 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
     }
     assert_eq!([files("h1-s5"), files("h2-s5")], before);
 
+    // Killed after its last checkpoint, before its result: trained again, to the same losses.
+    std::fs::remove_file(stopped.join("h2-s5/result.json")).unwrap();
+    let redone = ok(command(&lab("stopped", &["--resume"]), dir)
+        .output()
+        .unwrap());
+    assert!(
+        redone.contains(
+            "stopped/h2-s5: it trained all its steps but stopped before its result: training \
+             it again from the start"
+        ),
+        "{redone}"
+    );
+    assert_eq!(
+        metrics(&stopped.join("h2-s5")),
+        metrics(&dir.join("straight/h2-s5"))
+    );
+
+    // During the first run's loss over the val split after its last step: the run is
+    // complete and kept, the lab stops there.
+    let mut p = Running::spawn_env(
+        &lab("final", &[]),
+        dir,
+        &[("HEADLAB_TEST_STOP_AT", "final")],
+    );
+    p.wait_for("headlab-test: waiting at final");
+    Signals::Once("INT").send(p.child.id());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupted at step 30 of final/h1-s5"),
+        "{stderr}"
+    );
+    assert!(!dir.join("final/h2-s5").exists());
+    let resumed = ok(command(&lab("final", &["--resume"]), dir).output().unwrap());
+    assert!(
+        resumed.contains("final/h1-s5: finished before: kept"),
+        "{resumed}"
+    );
+    assert_eq!(
+        read(&dir.join("final/val_loss.csv")),
+        read(&dir.join("straight/val_loss.csv"))
+    );
+
     // Between runs, while the lab measures the first: the process ends at once, the first
     // run kept, and --resume keeps it and trains the second.
     let mut p = Running::spawn_env(
@@ -848,13 +892,26 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
         &[("HEADLAB_TEST_STOP_AT", "lab:done")],
     );
     p.wait_for("headlab-test: waiting at lab:done");
+    // No run trains now, and the folder is still the running lab's.
+    let out = command(&lab("between", &["--force"]), dir)
+        .output()
+        .unwrap();
+    let refused = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{refused}");
+    assert!(
+        refused.contains(&format!(
+            "between is in use by process {} now",
+            p.child.id()
+        )),
+        "{refused}"
+    );
     Signals::Once("INT").send(p.child.id());
     let (code, stderr) = p.finish();
     assert_eq!(code, Some(130), "{stderr}");
     assert!(
         stderr.contains(
-            "interrupted between the lab's runs; the finished ones are kept in between. \
-             Continue the lab with: headlab lab heads --out between"
+            "interrupted while the lab measured its runs; the runs it finished are kept in \
+             between. Continue the lab with: headlab lab heads --out between"
         ),
         "{stderr}"
     );

@@ -20,7 +20,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, Subcommand};
 use headlab_kernels::BackendKind;
 use headlab_labs::{Runs, ambiguity, grokking, head_count, induction, symmetry};
-use headlab_train::run::RunDir;
+use headlab_train::run::{TRAINING_FILE, TrainingMark, mark_training, marked_pid};
 
 use crate::common::observers;
 
@@ -257,12 +257,21 @@ pub fn run(args: LabArgs) -> Result<()> {
     };
     // The summary's "Reproduce" line starts the lab afresh; a stop request says how to
     // continue it.
-    let reproduce = command_line();
-    let resume_command = format!("{reproduce} --resume");
+    let reproduce = command_line(&["--resume"]);
+    let resume_command = format!("{} --resume", command_line(&["--resume", "--force"]));
     if resume && !out.exists() {
         bail!(
             "nothing to resume: {} does not exist; to start the lab, leave out --resume",
             out.display()
+        );
+    }
+    if let Some((what, pid)) = in_use(&out) {
+        bail!(
+            "{} is in use by process {pid} now; wait for that lab to finish, or stop it first \
+             (kill -INT {pid}) and then continue it with --resume. (If no such process runs, \
+             remove {} and try again.)",
+            what.display(),
+            what.join(TRAINING_FILE).display()
         );
     }
     if out.exists() && !resume {
@@ -276,15 +285,9 @@ pub fn run(args: LabArgs) -> Result<()> {
                 out.display()
             );
         }
-        if let Some((run, pid)) = training_inside(&out) {
-            bail!(
-                "{} is being trained by process {pid} now; wait for the lab to finish, or stop \
-                 it first (kill -INT {pid}) and then continue it with --resume",
-                run.display()
-            );
-        }
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
     }
+    let _in_use = InUse::mark(&out)?;
     let runs = Runs {
         observers: &observers,
         resume,
@@ -310,17 +313,51 @@ pub fn run(args: LabArgs) -> Result<()> {
     Ok(())
 }
 
-/// A run in `out` (a lab's folder) that a live process is training, and that process.
-fn training_inside(out: &Path) -> Option<(PathBuf, u32)> {
+/// The lab folder `out`, or a run in it, that another live process has marked, and that
+/// process: a lab marks its folder for as long as it runs, and each run while it trains.
+fn in_use(out: &Path) -> Option<(PathBuf, u32)> {
+    if let Some(pid) = marked_pid(out) {
+        return Some((out.to_path_buf(), pid));
+    }
     std::fs::read_dir(out).ok()?.flatten().find_map(|entry| {
-        let pid = RunDir::open(&entry.path()).ok()?.training_pid()?;
+        let pid = marked_pid(&entry.path())?;
         Some((entry.path(), pid))
     })
 }
 
+/// `OUT/.training` while the lab runs, so that a second lab refuses the folder; `OUT` itself
+/// goes too if the lab made it and wrote nothing there (bad input found inside the lab).
+struct InUse {
+    out: PathBuf,
+    made: bool,
+    mark: Option<TrainingMark>,
+}
+
+impl InUse {
+    fn mark(out: &Path) -> Result<Self> {
+        let made = !out.exists();
+        std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        Ok(Self {
+            out: out.to_path_buf(),
+            made,
+            mark: Some(mark_training(out)?),
+        })
+    }
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        drop(self.mark.take());
+        let empty = std::fs::read_dir(&self.out).is_ok_and(|mut d| d.next().is_none());
+        if self.made && empty {
+            let _ = std::fs::remove_dir(&self.out);
+        }
+    }
+}
+
 /// The command as typed, for the summary's "Reproduce" line: `headlab` and its arguments but
-/// `--resume`, each quoted for a POSIX shell where it needs to be.
-fn command_line() -> String {
+/// those in `leave_out`, each quoted for a POSIX shell where it needs to be.
+fn command_line(leave_out: &[&str]) -> String {
     let quote = |a: String| {
         let plain = a
             .chars()
@@ -335,7 +372,7 @@ fn command_line() -> String {
         .chain(
             std::env::args()
                 .skip(1)
-                .filter(|a| a != "--resume")
+                .filter(|a| !leave_out.contains(&a.as_str()))
                 .map(quote),
         )
         .collect::<Vec<_>>()

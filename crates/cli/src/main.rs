@@ -4,7 +4,8 @@
 //! Exit codes: 0 success; 2 bad input of any kind (config, data, run directory, checkpoint,
 //! backend, options), with a message naming what is wrong and how to fix it, or a backend that
 //! fails `headlab compare`; 3 training diverged (the last good checkpoint is kept); 130
-//! (SIGINT, Ctrl-C) or 143 (SIGTERM): training stopped with a checkpoint saved to resume from.
+//! (SIGINT, Ctrl-C) or 143 (SIGTERM): stopped by that signal, with what it had saved (a
+//! run's checkpoint to resume from, a lab's finished runs, `lab grokking`'s results so far).
 //! Other commands end quietly when their output's reader goes away (`| head`), as Unix tools
 //! do.
 
@@ -124,7 +125,9 @@ fn main() -> ExitCode {
         Err(error)
             if matches!(
                 error.downcast_ref(),
-                Some(LabError::Interrupted { .. } | LabError::Cut { .. })
+                Some(
+                    LabError::Interrupted { .. } | LabError::Between { .. } | LabError::Cut { .. }
+                )
             ) =>
         {
             eprintln!("{error}");

@@ -127,9 +127,12 @@ pub struct GrokLab {
 }
 
 impl GrokLab {
-    /// The steps it trained: all of them, or up to the stop.
-    pub fn steps_run(&self) -> usize {
-        self.stopped_at.unwrap_or(self.config.steps)
+    /// The steps it trained, for the summary's "within ...".
+    fn within(&self) -> String {
+        match self.stopped_at {
+            Some(step) => format!("the {step} steps it ran before it was stopped"),
+            None => format!("{} steps", self.config.steps),
+        }
     }
 }
 
@@ -487,15 +490,20 @@ pub fn summary(lab: &GrokLab, reproduce: &str) -> String {
         (Some(m), None) => {
             let _ = writeln!(
                 s,
-                "The model memorised (step {m}) but did not generalise within {} steps: run longer (--steps) or with more weight decay.\n",
-                lab.steps_run()
+                "The model memorised (step {m}) but did not generalise within {}{}.\n",
+                lab.within(),
+                if lab.stopped_at.is_some() {
+                    ""
+                } else {
+                    ": run longer (--steps) or with more weight decay"
+                }
             );
         }
         _ => {
             let _ = writeln!(
                 s,
-                "The model did not fit its training pairs within {} steps.\n",
-                lab.steps_run()
+                "The model did not fit its training pairs within {}.\n",
+                lab.within()
             );
         }
     }

@@ -233,7 +233,7 @@ pub fn heads(
 ) -> Result<HeadsLab, LabError> {
     let d_model = base.model.d_model;
     let started = Instant::now();
-    let mut counts = Vec::new();
+    let (mut counts, mut trained) = (Vec::new(), 0);
     for &h in head_counts {
         if h == 0 || !d_model.is_multiple_of(h) {
             return Err(LabError::HeadsDoNotDivide {
@@ -257,13 +257,14 @@ pub fn heads(
             let done = counts.len() * seeds.len() + count.val_losses.len();
             let total = head_counts.len() * seeds.len();
             let elapsed = started.elapsed().as_secs_f64();
-            // Runs with more heads take longer, so this is a lower bound.
-            let eta = if done == 0 {
+            // Runs with more heads take longer, so this is a lower bound; runs kept by
+            // --resume took no time here and do not count.
+            let eta = if trained == 0 {
                 String::new()
             } else {
                 format!(
                     ", at least {:.0} s left",
-                    elapsed / done as f64 * (total - done) as f64
+                    elapsed / trained as f64 * (total - done) as f64
                 )
             };
             headlab_train::log_line!(
@@ -274,9 +275,9 @@ pub fn heads(
             config.model.n_heads = h;
             config.train.seed = seed;
             let run_dir = dir.join(format!("h{h}-s{seed}"));
-            count
-                .val_losses
-                .push(train_run(config, run_dir.clone(), runs)?.val_loss);
+            let run = train_run(config, run_dir.clone(), runs)?;
+            trained += usize::from(!run.reused);
+            count.val_losses.push(run.val_loss);
             let (trained, device, data) = open(&run_dir)?;
             let (cfg, model) = (&trained.config, &trained.model);
             count.params = model.num_params();

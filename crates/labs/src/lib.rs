@@ -100,6 +100,18 @@ pub enum LabError {
     /// The path patching of a lab's circuit.
     #[error(transparent)]
     Path(#[from] headlab_heads::PathError),
+    /// A stop request while the lab measured a finished run: the runs it finished are kept.
+    #[error(
+        "interrupted while the lab measured its runs; the runs it finished are kept in {}. \
+         Continue the lab with: {resume}",
+        .out.display()
+    )]
+    Between {
+        /// The lab's folder.
+        out: PathBuf,
+        /// The command that continues the lab.
+        resume: String,
+    },
     /// A stop request (Ctrl-C, SIGTERM) ended one of the lab's runs at a checkpoint.
     #[error(
         "interrupted at step {step} of {}, which saved a checkpoint there; the lab's finished \
@@ -118,7 +130,8 @@ pub enum LabError {
     /// were written up to there.
     #[error(
         "interrupted at step {step} of {steps}: the results up to there are in {} \
-         (summary.md, grokking.csv and the pictures); lab grokking keeps no checkpoint, so \
+         (summary.md, grokking.csv, fourier.csv and the pictures); lab grokking keeps no \
+         checkpoint, so \
          run it again for all its steps",
         .out.display()
     )]
@@ -224,8 +237,12 @@ fn earlier(dir: &Path, config: &RunConfig) -> Earlier {
         Ok(None) => {}
         Err(e) => return Earlier::Unusable(e.to_string()),
     }
-    match run.last_step() {
-        Some(step) if run.has_checkpoint("last") => Earlier::Stopped(step),
+    match run.checkpoint_state("last") {
+        // Killed after its last step's checkpoint, before its result: nothing to continue.
+        Some(state) if state.step >= config.train.max_iters && !state.pending_eval => {
+            Earlier::Unusable("it trained all its steps but stopped before its result".into())
+        }
+        Some(state) if run.has_checkpoint("last") => Earlier::Stopped(state.step),
         _ => Earlier::Unusable("it stopped before its first checkpoint".into()),
     }
 }
@@ -257,24 +274,24 @@ fn changed_keys(a: &RunConfig, b: &RunConfig) -> Vec<String> {
         out
     };
     let (a, b) = (to_flat(a), to_flat(b));
-    let mut keys: Vec<String> = a
-        .iter()
+    a.iter()
         .filter(|(k, v)| b.iter().find(|(kb, _)| kb == k).map(|(_, vb)| vb) != Some(v))
         .chain(b.iter().filter(|(k, _)| !a.iter().any(|(ka, _)| ka == k)))
         .map(|(k, _)| k.clone())
-        .collect();
-    keys.dedup();
-    keys
+        .collect()
 }
 
 /// Trains `config` into `dir`, or with `--resume` reuses or continues what an earlier lab
 /// left there ([`Earlier`]). A stop request ends it with [`LabError::Interrupted`]; once it
-/// is done, a request ends the process at once, the run kept.
+/// is done, [`between_runs`].
 fn train_run(config: RunConfig, dir: PathBuf, runs: Runs<'_>) -> Result<RunDone, LabError> {
-    train_run_with(config, dir, runs, None, Vec::new())
+    let done = train_run_with(config, dir.clone(), runs, None, Vec::new())?;
+    between_runs(&dir, runs)?;
+    Ok(done)
 }
 
-/// [`train_run`] with an init hook and observers of the lab's own (after the usual ones).
+/// [`train_run`] with an init hook and observers of the lab's own (after the usual ones),
+/// leaving [`between_runs`] to the caller, for what it saves of the run first.
 fn train_run_with(
     config: RunConfig,
     dir: PathBuf,
@@ -311,36 +328,41 @@ fn train_run_with(
         };
         let mut observers = (runs.observers)();
         observers.extend(own);
+        let interrupted = |step, run| LabError::Interrupted {
+            step,
+            run,
+            resume: runs.resume_command.to_string(),
+        };
         match train(options, &mut observers) {
-            Ok(_) => {}
-            Err(
-                TrainError::Interrupted { step, run }
-                | TrainError::InterruptedAfterTraining { step, run },
-            ) => {
-                return Err(LabError::Interrupted {
-                    step,
-                    run,
-                    resume: runs.resume_command.to_string(),
-                });
+            // Stopped during the loss over the val split after the last step: the run is
+            // complete and saved (a resumed lab keeps it), the lab stops here.
+            Ok(summary) if summary.stopped => {
+                return Err(interrupted(summary.result.steps, summary.run));
             }
+            Ok(_) => {}
+            Err(TrainError::Interrupted { step, run }) => return Err(interrupted(step, run)),
             Err(e) => return Err(e.into()),
         }
     }
-    between_runs(&dir, runs);
-    headlab_train::stop::test_point(format_args!("lab:done"));
     let mut done = done(&dir)?;
     done.reused = reused;
     Ok(done)
 }
 
-/// After a run is saved: a stop request ends the process at once, saying how to continue.
-fn between_runs(dir: &Path, runs: Runs<'_>) {
-    headlab_train::stop::nothing_at_stake(format!(
-        "interrupted between the lab's runs; the finished ones are kept in {}. Continue the \
-         lab with: {}",
-        dir.parent().unwrap_or(dir).display(),
-        runs.resume_command
-    ));
+/// Once the run in `dir` and what the lab saves of it are on disk: from here a stop request
+/// ends the process at once with [`LabError::Between`]'s line, and one that came since the
+/// run ended is that error.
+fn between_runs(dir: &Path, runs: Runs<'_>) -> Result<(), LabError> {
+    let between = LabError::Between {
+        out: dir.parent().unwrap_or(dir).to_path_buf(),
+        resume: runs.resume_command.to_string(),
+    };
+    headlab_train::stop::nothing_at_stake(between.to_string());
+    if headlab_train::stop::requested() {
+        return Err(between);
+    }
+    headlab_train::stop::test_point(format_args!("lab:done"));
+    Ok(())
 }
 
 /// The val loss and training seconds of the finished run in `dir`.

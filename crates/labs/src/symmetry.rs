@@ -24,7 +24,7 @@ use headlab_train::trainer::{InitHook, Observer, ObserverError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::{LabError, Runs, lab_config, train_run_with, write, write_summary};
+use crate::{LabError, Runs, between_runs, lab_config, train_run_with, write, write_summary};
 
 /// The shipped config: a small attention-only model on the grammar corpus, 800 steps of batch
 /// 32, tracked every 25.
@@ -326,8 +326,8 @@ pub fn symmetry(config: RunConfig, dir: &Path, runs: Runs<'_>) -> Result<Symmetr
         let kept = saved_seen(&run_dir).filter(|_| runs.resume);
         if runs.resume && kept.is_none() && run_dir.exists() {
             headlab_train::log_line!(
-                "{}: no checks saved ({SEEN_FILE}: the run did not finish): training it again \
-                 from the start, for the checks to see every step",
+                "{}: no checks saved ({SEEN_FILE}): training it again from the start, for the \
+                 checks to see every step",
                 run_dir.display()
             );
         }
@@ -356,6 +356,7 @@ pub fn symmetry(config: RunConfig, dir: &Path, runs: Runs<'_>) -> Result<Symmetr
                 seen
             }
         };
+        between_runs(&run_dir, runs)?;
         let path = run_dir.join(HISTORY_FILE);
         let text = std::fs::read_to_string(&path).map_err(|source| LabError::File {
             action: "read",

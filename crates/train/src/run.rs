@@ -109,6 +109,33 @@ impl Drop for TrainingMark {
     }
 }
 
+/// Marks `dir` (a run, or a lab's folder) as in use by this process until the mark is
+/// dropped: `dir/.training` holds the process id.
+pub fn mark_training(dir: &Path) -> Result<TrainingMark, RunError> {
+    let path = dir.join(TRAINING_FILE);
+    fs::write(&path, format!("{}\n", std::process::id())).map_err(io(&path))?;
+    Ok(TrainingMark { path })
+}
+
+/// The other process whose mark `dir/.training` holds, while it runs. A mark left by a killed
+/// process is ignored where `/proc` tells which processes are alive (elsewhere the mark is
+/// taken at its word), and so is one of this process's own id (a reused id).
+pub fn marked_pid(dir: &Path) -> Option<u32> {
+    let text = fs::read_to_string(dir.join(TRAINING_FILE)).ok()?;
+    let pid: u32 = text.trim().parse().ok()?;
+    if pid == std::process::id() {
+        return None;
+    }
+    let proc = Path::new("/proc");
+    if !proc.is_dir() {
+        return Some(pid);
+    }
+    let cmdline = fs::read(proc.join(pid.to_string()).join("cmdline")).ok()?;
+    String::from_utf8_lossy(&cmdline)
+        .contains("headlab")
+        .then_some(pid)
+}
+
 /// The file a finished run's [`RunResult`] is written to.
 pub const RESULT_FILE: &str = "result.json";
 
@@ -684,24 +711,12 @@ impl RunDir {
     /// Marks the run as in training until the mark is dropped: `RUN/.training` holds this
     /// process's id, so `headlab report` and `headlab heads` can say the run is not finished.
     pub fn mark_training(&self) -> Result<TrainingMark, RunError> {
-        let path = self.root.join(TRAINING_FILE);
-        fs::write(&path, format!("{}\n", std::process::id())).map_err(io(&path))?;
-        Ok(TrainingMark { path })
+        mark_training(&self.root)
     }
 
-    /// The process training this run now, if any: the mark's process id while that process
-    /// runs. A mark left by a killed process is ignored (where `/proc` tells which are alive).
+    /// Another process training this run now, if any ([`marked_pid`]).
     pub fn training_pid(&self) -> Option<u32> {
-        let text = fs::read_to_string(self.root.join(TRAINING_FILE)).ok()?;
-        let pid: u32 = text.trim().parse().ok()?;
-        let proc = Path::new("/proc");
-        if !proc.is_dir() {
-            return Some(pid);
-        }
-        let cmdline = fs::read(proc.join(pid.to_string()).join("cmdline")).ok()?;
-        String::from_utf8_lossy(&cmdline)
-            .contains("headlab")
-            .then_some(pid)
+        marked_pid(&self.root)
     }
 
     /// Whether checkpoint `name` exists.

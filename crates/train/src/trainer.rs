@@ -86,8 +86,9 @@ pub enum TrainError {
     /// `--resume` or `--force` of a run another process is training now.
     #[error(
         "{} is being trained by process {pid} now; wait for it to finish, or stop it first \
-         (kill -INT {pid} saves a checkpoint there) and then resume it",
-        .run.display()
+         (kill -INT {pid} saves a checkpoint there) and then resume it. (If no such process \
+         trains it, remove {} and try again.)",
+        .run.display(), .run.join(crate::run::TRAINING_FILE).display()
     )]
     StillTraining {
         /// The run directory.
