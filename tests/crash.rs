@@ -892,7 +892,7 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
         &[("HEADLAB_TEST_STOP_AT", "lab:done")],
     );
     p.wait_for("headlab-test: waiting at lab:done");
-    // No run trains now, and the folder is still the running lab's.
+    // No run trains now, and the folder and its runs are still the running lab's.
     let out = command(&lab("between", &["--force"]), dir)
         .output()
         .unwrap();
@@ -901,6 +901,18 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
     assert!(
         refused.contains(&format!(
             "between is in use by process {} now",
+            p.child.id()
+        )),
+        "{refused}"
+    );
+    let out = command(&["train", "--resume", "between/h1-s5"], dir)
+        .output()
+        .unwrap();
+    let refused = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{refused}");
+    assert!(
+        refused.contains(&format!(
+            "between/h1-s5 is being trained by process {} now",
             p.child.id()
         )),
         "{refused}"
@@ -917,6 +929,8 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
     );
     assert!(dir.join("between/h1-s5/result.json").is_file());
     assert!(!dir.join("between/h2-s5").exists());
+    // Ended at once, it still took its mark away.
+    assert!(!dir.join("between/.training").exists());
     let resumed = ok(command(&lab("between", &["--resume"]), dir)
         .output()
         .unwrap());
@@ -928,6 +942,23 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
         read(&dir.join("between/val_loss.csv")),
         read(&dir.join("straight/val_loss.csv"))
     );
+
+    // Before its first run has written anything: the process ends at once and leaves no
+    // folder behind.
+    let mut p = Running::spawn_env(
+        &lab("early", &[]),
+        dir,
+        &[("HEADLAB_TEST_STOP_AT", "prepare")],
+    );
+    p.wait_for("headlab-test: waiting at prepare");
+    Signals::Once("INT").send(p.child.id());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(
+        stderr.contains("interrupted before training started: nothing was written"),
+        "{stderr}"
+    );
+    assert!(!dir.join("early").exists());
 
     // Other settings: no run is theirs, so each trains again.
     let other = ok(command(

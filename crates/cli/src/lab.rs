@@ -21,6 +21,7 @@ use clap::{Args, Subcommand};
 use headlab_kernels::BackendKind;
 use headlab_labs::{Runs, ambiguity, grokking, head_count, induction, symmetry};
 use headlab_train::run::{TRAINING_FILE, TrainingMark, mark_training, marked_pid};
+use headlab_train::stop;
 
 use crate::common::observers;
 
@@ -267,7 +268,7 @@ pub fn run(args: LabArgs) -> Result<()> {
     }
     if let Some((what, pid)) = in_use(&out) {
         bail!(
-            "{} is in use by process {pid} now; wait for that lab to finish, or stop it first \
+            "{} is in use by process {pid} now; wait for it to finish, or stop it first \
              (kill -INT {pid}) and then continue it with --resume. (If no such process runs, \
              remove {} and try again.)",
             what.display(),
@@ -337,16 +338,24 @@ impl InUse {
     fn mark(out: &Path) -> Result<Self> {
         let made = !out.exists();
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
+        let mark = mark_training(out)?;
+        // A stop request that ends the process at once skips `drop`: it removes them then.
+        stop::remove_on_exit(&out.join(TRAINING_FILE));
+        if made {
+            stop::remove_on_exit(out);
+        }
         Ok(Self {
             out: out.to_path_buf(),
             made,
-            mark: Some(mark_training(out)?),
+            mark: Some(mark),
         })
     }
 }
 
 impl Drop for InUse {
     fn drop(&mut self) {
+        stop::keep_on_exit(&self.out.join(TRAINING_FILE));
+        stop::keep_on_exit(&self.out);
         drop(self.mark.take());
         let empty = std::fs::read_dir(&self.out).is_ok_and(|mut d| d.next().is_none());
         if self.made && empty {

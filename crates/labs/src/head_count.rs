@@ -233,7 +233,7 @@ pub fn heads(
 ) -> Result<HeadsLab, LabError> {
     let d_model = base.model.d_model;
     let started = Instant::now();
-    let (mut counts, mut trained) = (Vec::new(), 0);
+    let (mut counts, mut trained_now) = (Vec::new(), 0);
     for &h in head_counts {
         if h == 0 || !d_model.is_multiple_of(h) {
             return Err(LabError::HeadsDoNotDivide {
@@ -259,12 +259,12 @@ pub fn heads(
             let elapsed = started.elapsed().as_secs_f64();
             // Runs with more heads take longer, so this is a lower bound; runs kept by
             // --resume took no time here and do not count.
-            let eta = if trained == 0 {
+            let eta = if trained_now == 0 {
                 String::new()
             } else {
                 format!(
                     ", at least {:.0} s left",
-                    elapsed / trained as f64 * (total - done) as f64
+                    elapsed / trained_now as f64 * (total - done) as f64
                 )
             };
             headlab_train::log_line!(
@@ -276,7 +276,7 @@ pub fn heads(
             config.train.seed = seed;
             let run_dir = dir.join(format!("h{h}-s{seed}"));
             let run = train_run(config, run_dir.clone(), runs)?;
-            trained += usize::from(!run.reused);
+            trained_now += usize::from(!run.reused);
             count.val_losses.push(run.val_loss);
             let (trained, device, data) = open(&run_dir)?;
             let (cfg, model) = (&trained.config, &trained.model);

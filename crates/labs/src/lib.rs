@@ -242,8 +242,8 @@ fn earlier(dir: &Path, config: &RunConfig) -> Earlier {
         Some(state) if state.step >= config.train.max_iters && !state.pending_eval => {
             Earlier::Unusable("it trained all its steps but stopped before its result".into())
         }
-        Some(state) if run.has_checkpoint("last") => Earlier::Stopped(state.step),
-        _ => Earlier::Unusable("it stopped before its first checkpoint".into()),
+        Some(state) => Earlier::Stopped(state.step),
+        None => Earlier::Unusable("it stopped before its first checkpoint".into()),
     }
 }
 

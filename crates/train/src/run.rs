@@ -93,11 +93,11 @@ pub struct RunResult {
     pub block_size: usize,
 }
 
-/// While a run trains: the training process's id ([`RunDir::mark_training`]).
+/// While a run trains, or a lab runs in its folder: that process's id ([`mark_training`]).
 pub const TRAINING_FILE: &str = ".training";
 
-/// Removes `RUN/.training` when dropped: training ended, one way or another (a killed process
-/// leaves it behind, and [`RunDir::training_pid`] sees that its process is gone).
+/// Removes `DIR/.training` when dropped: training (or the lab) ended, one way or another (a
+/// killed process leaves it behind, and [`marked_pid`] sees that its process is gone).
 #[derive(Debug)]
 pub struct TrainingMark {
     path: PathBuf,

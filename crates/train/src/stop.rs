@@ -25,6 +25,27 @@ static AT_ONCE: Mutex<Option<Cow<'static, str>>> = Mutex::new(Some(Cow::Borrowed
     "interrupted before training started: nothing was written",
 )));
 
+/// What the process removes if a request ends it at once (destructors do not run then), in
+/// order: marks that say a process is using a folder, and folders that would be left empty.
+static LEFT_BEHIND: Mutex<Vec<std::path::PathBuf>> = Mutex::new(Vec::new());
+
+/// Removes `path` (a file, or a folder once empty) if a request ends the process at once,
+/// until [`keep_on_exit`].
+pub fn remove_on_exit(path: &std::path::Path) {
+    LEFT_BEHIND
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(path.to_path_buf());
+}
+
+/// Undoes [`remove_on_exit`] of `path`.
+pub fn keep_on_exit(path: &std::path::Path) {
+    LEFT_BEHIND
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|p| p != path);
+}
+
 /// SIGINT's number, and what [`exit_code`] gives when no signal was recorded.
 pub const SIGINT: i32 = 2;
 
@@ -46,6 +67,10 @@ pub fn request(signal: i32) -> Requested {
     let at_once = AT_ONCE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(line) = at_once.as_deref() {
         crate::log_line!("\n{line}");
+        for path in LEFT_BEHIND.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            // A file, or a folder that is empty by now; anything else stays.
+            let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir(path));
+        }
         std::process::exit(128 + signal);
     }
     drop(at_once);

@@ -573,11 +573,12 @@ type Resolved = (RunDir, RunConfig, Dataset, RunConfig, Option<String>);
 // Over 80 lines on purpose: a fresh, resumed or forced run: three short branches that share their checks.
 fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
     // Two processes on one run would interleave their checkpoints, and --force would
-    // remove the folder under the other.
+    // remove the folder under the other; so would a lab measuring it in its folder.
+    let lab = || options.out.parent().and_then(crate::run::marked_pid);
     if let Some(pid) = RunDir::open(&options.out)
         .ok()
         .filter(|_| options.resume || options.force)
-        .and_then(|run| run.training_pid())
+        .and_then(|run| run.training_pid().or_else(lab))
     {
         return Err(TrainError::StillTraining {
             run: options.out.clone(),
