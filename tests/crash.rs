@@ -654,7 +654,7 @@ fn a_run_still_training_is_reported_as_such_and_a_stopped_one_as_stopped() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
         assert!(
-            stderr.contains(&format!("run is being trained by process {pid} now")),
+            stderr.contains(&format!("run is in use by process {pid} now (training it)")),
             "{args:?}: {stderr}"
         );
     }
@@ -912,7 +912,7 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
     assert_eq!(out.status.code(), Some(2), "{refused}");
     assert!(
         refused.contains(&format!(
-            "between/h1-s5 is being trained by process {} now",
+            "between/h1-s5 is in use by process {} now (a lab measuring it)",
             p.child.id()
         )),
         "{refused}"

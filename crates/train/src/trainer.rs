@@ -83,18 +83,23 @@ pub enum TrainError {
         /// Why.
         source: std::io::Error,
     },
-    /// `--resume` or `--force` of a run another process is training now.
+    /// `--resume` or `--force` of a run another process is using now: training it, or a
+    /// lab measuring it in the lab's folder.
     #[error(
-        "{} is being trained by process {pid} now; wait for it to finish, or stop it first \
-         (kill -INT {pid} saves a checkpoint there) and then resume it. (If no such process \
-         trains it, remove {} and try again.)",
-        .run.display(), .run.join(crate::run::TRAINING_FILE).display()
+        "{} is in use by process {pid} now ({}); wait for it to finish, or stop it first \
+         (kill -INT {pid} stops it at a checkpoint) and then resume. (If no such process \
+         runs, remove {} and try again.)",
+        .run.display(),
+        if .marked == .run { "training it" } else { "a lab measuring it" },
+        .marked.join(crate::run::TRAINING_FILE).display()
     )]
     StillTraining {
         /// The run directory.
         run: PathBuf,
-        /// The process training it.
+        /// The process using it.
         pid: u32,
+        /// The folder whose mark names that process: the run's, or its lab's.
+        marked: PathBuf,
     },
     /// `--resume` of a run that has already reached `train.max_iters`.
     #[error(
@@ -574,15 +579,23 @@ type Resolved = (RunDir, RunConfig, Dataset, RunConfig, Option<String>);
 fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
     // Two processes on one run would interleave their checkpoints, and --force would
     // remove the folder under the other; so would a lab measuring it in its folder.
-    let lab = || options.out.parent().and_then(crate::run::marked_pid);
-    if let Some(pid) = RunDir::open(&options.out)
+    let lab = || {
+        let folder = options.out.parent()?;
+        crate::run::marked_pid(folder).map(|pid| (pid, folder.to_path_buf()))
+    };
+    if let Some((pid, marked)) = RunDir::open(&options.out)
         .ok()
         .filter(|_| options.resume || options.force)
-        .and_then(|run| run.training_pid().or_else(lab))
+        .and_then(|run| {
+            run.training_pid()
+                .map(|pid| (pid, run.root.clone()))
+                .or_else(lab)
+        })
     {
         return Err(TrainError::StillTraining {
             run: options.out.clone(),
             pid,
+            marked,
         });
     }
     let (run, config, dataset, saved, new_text) = if options.resume {
