@@ -104,6 +104,14 @@ pub enum DataConfigError {
 }
 
 impl DataConfig {
+    /// Makes the text file's path absolute, as a run records it, so the run works from any
+    /// folder (left as it is where it cannot be resolved).
+    pub fn make_path_absolute(&mut self) {
+        if let Some(path) = &self.path {
+            self.path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
+        }
+    }
+
     /// The one data source, or why there is not exactly one.
     pub fn source(&self) -> Result<DataSource, DataConfigError> {
         match (&self.path, &self.builtin) {

@@ -131,8 +131,7 @@ pub enum LabError {
     #[error(
         "interrupted at step {step} of {steps}: the results up to there are in {} \
          (summary.md, grokking.csv, fourier.csv and the pictures); lab grokking keeps no \
-         checkpoint, so \
-         run it again for all its steps",
+         checkpoint, so run it again for all its steps",
         .out.display()
     )]
     Cut {
@@ -220,11 +219,9 @@ fn earlier(dir: &Path, config: &RunConfig) -> Earlier {
         Ok(saved) => saved,
         Err(e) => return Earlier::Unusable(e.to_string()),
     };
-    // A fresh run records its text's path absolutely (trainer.rs); compare it so.
+    // A fresh run records its text's path absolutely; compare it so.
     let mut now = config.clone();
-    if let Some(path) = &now.data.path {
-        now.data.path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
-    }
+    now.data.make_path_absolute();
     let changed = changed_keys(&saved, &now);
     if !changed.is_empty() {
         return Earlier::Unusable(format!(
@@ -271,13 +268,14 @@ fn changed_keys(a: &RunConfig, b: &RunConfig) -> Vec<String> {
             serde_json::to_value(c).expect("a config serialises"),
             &mut out,
         );
-        out
+        out.into_iter()
+            .collect::<std::collections::BTreeMap<_, _>>()
     };
     let (a, b) = (to_flat(a), to_flat(b));
-    a.iter()
-        .filter(|(k, v)| b.iter().find(|(kb, _)| kb == k).map(|(_, vb)| vb) != Some(v))
-        .chain(b.iter().filter(|(k, _)| !a.iter().any(|(ka, _)| ka == k)))
-        .map(|(k, _)| k.clone())
+    let keys: std::collections::BTreeSet<&String> = a.keys().chain(b.keys()).collect();
+    keys.into_iter()
+        .filter(|k| a.get(*k) != b.get(*k))
+        .cloned()
         .collect()
 }
 
@@ -344,9 +342,7 @@ fn train_run_with(
             Err(e) => return Err(e.into()),
         }
     }
-    let mut done = done(&dir)?;
-    done.reused = reused;
-    Ok(done)
+    done(&dir, reused)
 }
 
 /// Once the run in `dir` and what the lab saves of it are on disk: from here a stop request
@@ -365,8 +361,8 @@ fn between_runs(dir: &Path, runs: Runs<'_>) -> Result<(), LabError> {
     Ok(())
 }
 
-/// The val loss and training seconds of the finished run in `dir`.
-fn done(dir: &Path) -> Result<RunDone, LabError> {
+/// The val loss and training seconds of the finished run in `dir`, `reused` or trained now.
+fn done(dir: &Path, reused: bool) -> Result<RunDone, LabError> {
     let run = RunDir::open(dir).map_err(OpenError::from)?;
     let result = run.result().map_err(OpenError::from)?.ok_or_else(|| {
         OpenError::from(RunError::NotARun {
@@ -378,7 +374,7 @@ fn done(dir: &Path) -> Result<RunDone, LabError> {
     Ok(RunDone {
         val_loss: result.val_loss,
         seconds,
-        reused: false,
+        reused,
     })
 }
 

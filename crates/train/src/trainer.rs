@@ -608,10 +608,8 @@ fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
         }
         // A new text file is recorded absolutely, as a fresh run's is, so the run works from
         // any folder.
-        if config.data.path != saved.data.path
-            && let Some(path) = &config.data.path
-        {
-            config.data.path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
+        if config.data.path != saved.data.path {
+            config.data.make_path_absolute();
         }
         check_tokenizer_kept(&run, &saved, &config)?;
         if run.is_imported() && config.data.source().is_err() {
@@ -671,9 +669,7 @@ fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
         check_fits(&config, &dataset)?;
         config.train.backend.parse::<BackendKind>()?.device()?;
         // The run must work from any folder: it records where its text is, absolutely.
-        if let Some(path) = &config.data.path {
-            config.data.path = Some(std::fs::canonicalize(path).unwrap_or_else(|_| path.clone()));
-        }
+        config.data.make_path_absolute();
         let tokenizer = dataset.tokenizer();
         crate::stop::at_stake();
         let run =
