@@ -78,6 +78,14 @@ fn metrics(run: &Path) -> Vec<(usize, String, String)> {
         .collect()
 }
 
+/// `headlab args` is refused: exit code 2, saying `needle`.
+fn refused(args: &[&str], cwd: &Path, needle: &str) {
+    let out = command(args, cwd).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+    assert!(stderr.contains(needle), "{args:?}: {stderr}");
+}
+
 /// Step recorded in a checkpoint's state.json.
 fn checkpoint_step(dir: &Path) -> usize {
     let text = std::fs::read_to_string(dir.join("state.json")).unwrap();
@@ -98,6 +106,13 @@ impl Running {
             Some(pause) => Self::spawn_env(args, cwd, &[("HEADLAB_TEST_PAUSE", pause)]),
             None => Self::spawn_env(args, cwd, &[]),
         }
+    }
+
+    /// [`Running::spawn_env`] with `HEADLAB_TEST_STOP_AT=point`, once it waits there.
+    fn waiting_at(args: &[&str], cwd: &Path, point: &str) -> Self {
+        let mut p = Self::spawn_env(args, cwd, &[("HEADLAB_TEST_STOP_AT", point)]);
+        p.wait_for(&format!("headlab-test: waiting at {point}"));
+        p
     }
 
     /// [`Running::spawn`] with `env`, in a process group of its own (as a job a shell or
@@ -503,12 +518,7 @@ fn stop_requests_at_any_point_save_the_step_printed_and_resume_exactly() {
     for (i, (point, signals, expected)) in cases.into_iter().enumerate() {
         let what = format!("{signals:?} at {point}");
         let name = format!("run{i}");
-        let mut p = Running::spawn_env(
-            &train_args(&name, &max),
-            dir,
-            &[("HEADLAB_TEST_STOP_AT", point)],
-        );
-        p.wait_for(&format!("headlab-test: waiting at {point}"));
+        let p = Running::waiting_at(&train_args(&name, &max), dir, point);
         signals.send(p.child.id());
         let (code, stderr) = p.finish();
         assert_eq!(code, Some(signals.exit_code()), "{what}:\n{stderr}");
@@ -547,12 +557,7 @@ fn stop_requests_before_or_after_training_end_at_once_and_lose_nothing() {
     let max = ["--set", "train.max_iters=10"];
 
     // While the text is prepared nothing is written yet: the process ends at once.
-    let mut p = Running::spawn_env(
-        &train_args("early", &max),
-        dir,
-        &[("HEADLAB_TEST_STOP_AT", "prepare")],
-    );
-    p.wait_for("headlab-test: waiting at prepare");
+    let p = Running::waiting_at(&train_args("early", &max), dir, "prepare");
     Signals::ProcessAndGroup("INT").send(p.child.id());
     let (code, stderr) = p.finish();
     assert_eq!(code, Some(130), "{stderr}");
@@ -564,12 +569,7 @@ fn stop_requests_before_or_after_training_end_at_once_and_lose_nothing() {
 
     // During the loss over the val split after the last step: the run is complete, its
     // result says the loss is missing, and the message says how to get it.
-    let mut p = Running::spawn_env(
-        &train_args("end", &max),
-        dir,
-        &[("HEADLAB_TEST_STOP_AT", "final")],
-    );
-    p.wait_for("headlab-test: waiting at final");
+    let p = Running::waiting_at(&train_args("end", &max), dir, "final");
     Signals::Twice("TERM").send(p.child.id());
     let (code, stderr) = p.finish();
     assert_eq!(code, Some(143), "{stderr}");
@@ -585,12 +585,7 @@ fn stop_requests_before_or_after_training_end_at_once_and_lose_nothing() {
     assert_eq!(result["steps"], 10);
 
     // While the head table is written after training: the run is saved, the process ends.
-    let mut p = Running::spawn_env(
-        &train_args("heads", &max),
-        dir,
-        &[("HEADLAB_TEST_STOP_AT", "heads")],
-    );
-    p.wait_for("headlab-test: waiting at heads");
+    let p = Running::waiting_at(&train_args("heads", &max), dir, "heads");
     Signals::Once("INT").send(p.child.id());
     let (code, stderr) = p.finish();
     assert_eq!(code, Some(130), "{stderr}");
@@ -629,12 +624,7 @@ fn a_run_still_training_is_reported_as_such_and_a_stopped_one_as_stopped() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let max = ["--set", "train.max_iters=10"];
-    let mut p = Running::spawn_env(
-        &train_args("run", &max),
-        dir,
-        &[("HEADLAB_TEST_STOP_AT", "step@7")],
-    );
-    p.wait_for("headlab-test: waiting at step@7");
+    let p = Running::waiting_at(&train_args("run", &max), dir, "step@7");
     let pid = p.child.id();
     let report =
         String::from_utf8_lossy(&command(&["report", "run"], dir).output().unwrap().stderr)
@@ -650,12 +640,10 @@ fn a_run_still_training_is_reported_as_such_and_a_stopped_one_as_stopped() {
         vec!["train", "--resume", "run"],
         train_args("run", &["--force"]),
     ] {
-        let out = command(&args, dir).output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(
-            stderr.contains(&format!("run is in use by process {pid} now (training it)")),
-            "{args:?}: {stderr}"
+        refused(
+            &args,
+            dir,
+            &format!("run is in use by process {pid} now (training it)"),
         );
     }
     assert_eq!(metrics(&dir.join("run")), before);
@@ -765,19 +753,11 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
 
     // Stopped inside step 7 of the first run: saved at 8, the second run never started. The
     // command that continues it leaves out --force (clap refuses it beside --resume).
-    let mut p = Running::spawn_env(
-        &lab("stopped", &["--force"]),
-        dir,
-        &[("HEADLAB_TEST_STOP_AT", "step@7")],
-    );
-    p.wait_for("headlab-test: waiting at step@7");
+    let p = Running::waiting_at(&lab("stopped", &["--force"]), dir, "step@7");
     // A second lab on the same folder meanwhile is refused and changes nothing there.
     let live = format!("stopped is in use by process {} now", p.child.id());
     for extra in [["--force"], ["--resume"]] {
-        let out = command(&lab("stopped", &extra), dir).output().unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{extra:?}: {stderr}");
-        assert!(stderr.contains(&live), "{extra:?}: {stderr}");
+        refused(&lab("stopped", &extra), dir, &live);
     }
     Signals::Once("INT").send(p.child.id());
     let (code, stderr) = p.finish();
@@ -860,12 +840,7 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
 
     // During the first run's loss over the val split after its last step: the run is
     // complete and kept, the lab stops there.
-    let mut p = Running::spawn_env(
-        &lab("final", &[]),
-        dir,
-        &[("HEADLAB_TEST_STOP_AT", "final")],
-    );
-    p.wait_for("headlab-test: waiting at final");
+    let p = Running::waiting_at(&lab("final", &[]), dir, "final");
     Signals::Once("INT").send(p.child.id());
     let (code, stderr) = p.finish();
     assert_eq!(code, Some(130), "{stderr}");
@@ -886,36 +861,18 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
 
     // Between runs, while the lab measures the first: the process ends at once, the first
     // run kept, and --resume keeps it and trains the second.
-    let mut p = Running::spawn_env(
-        &lab("between", &[]),
-        dir,
-        &[("HEADLAB_TEST_STOP_AT", "lab:done")],
-    );
-    p.wait_for("headlab-test: waiting at lab:done");
+    let p = Running::waiting_at(&lab("between", &[]), dir, "lab:done");
     // No run trains now, and the folder and its runs are still the running lab's.
-    let out = command(&lab("between", &["--force"]), dir)
-        .output()
-        .unwrap();
-    let refused = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{refused}");
-    assert!(
-        refused.contains(&format!(
-            "between is in use by process {} now",
-            p.child.id()
-        )),
-        "{refused}"
+    let pid = p.child.id();
+    refused(
+        &lab("between", &["--force"]),
+        dir,
+        &format!("between is in use by process {pid} now"),
     );
-    let out = command(&["train", "--resume", "between/h1-s5"], dir)
-        .output()
-        .unwrap();
-    let refused = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{refused}");
-    assert!(
-        refused.contains(&format!(
-            "between/h1-s5 is in use by process {} now (a lab measuring it)",
-            p.child.id()
-        )),
-        "{refused}"
+    refused(
+        &["train", "--resume", "between/h1-s5"],
+        dir,
+        &format!("between/h1-s5 is in use by process {pid} now (a lab measuring it)"),
     );
     Signals::Once("INT").send(p.child.id());
     let (code, stderr) = p.finish();
@@ -945,12 +902,7 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
 
     // Before its first run has written anything: the process ends at once and leaves no
     // folder behind.
-    let mut p = Running::spawn_env(
-        &lab("early", &[]),
-        dir,
-        &[("HEADLAB_TEST_STOP_AT", "prepare")],
-    );
-    p.wait_for("headlab-test: waiting at prepare");
+    let p = Running::waiting_at(&lab("early", &[]), dir, "prepare");
     Signals::Once("INT").send(p.child.id());
     let (code, stderr) = p.finish();
     assert_eq!(code, Some(130), "{stderr}");
@@ -999,8 +951,7 @@ fn a_stopped_lab_grokking_writes_what_it_measured() {
         ]
     };
     ok(command(&lab("straight"), dir).output().unwrap());
-    let mut p = Running::spawn_env(&lab("stopped"), dir, &[("HEADLAB_TEST_STOP_AT", "grok@40")]);
-    p.wait_for("headlab-test: waiting at grok@40");
+    let p = Running::waiting_at(&lab("stopped"), dir, "grok@40");
     Signals::Twice("INT").send(p.child.id());
     let (code, stderr) = p.finish();
     assert_eq!(code, Some(130), "{stderr}");
