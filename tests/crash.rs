@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::LazyLock;
 use std::sync::mpsc;
@@ -657,7 +657,7 @@ fn a_run_still_training_is_reported_as_such_and_a_stopped_one_as_stopped() {
         report.contains("the run stopped at step 8 of 10"),
         "{report}"
     );
-    assert!(!dir.join("run/.training").exists());
+    assert!(!dir.join(".run.training").exists());
     // Stopped between evaluations, its `best` (step 5) is older than its `last` (step 8):
     // commands that read `best` by default say so.
     let sample = command(&["sample", "run", "--max-new-tokens", "5"], dir)
@@ -887,7 +887,7 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
     assert!(dir.join("between/h1-s5/result.json").is_file());
     assert!(!dir.join("between/h2-s5").exists());
     // Ended at once, it still took its mark away.
-    assert!(!dir.join("between/.training").exists());
+    assert!(!dir.join(".between.training").exists());
     let resumed = ok(command(&lab("between", &["--resume"]), dir)
         .output()
         .unwrap());
@@ -977,5 +977,301 @@ fn a_stopped_lab_grokking_writes_what_it_measured() {
     assert!(summary.contains("40 of its 60 steps"), "{summary}");
     for file in ["fourier.csv", "grokking.png", "loss.png", "fourier.png"] {
         assert!(dir.join("stopped").join(file).is_file(), "{file}");
+    }
+}
+
+/// Two `train --force` on one run started together: the one that takes the run's mark first
+/// trains, the other is refused with the in-use message and removes nothing. Held at the
+/// moment it has the mark (before its folder exists), the first one refuses the second
+/// every time; started in the same instant, every loser says so plainly (no "Directory not
+/// empty", no missing file) and the folder left is one whole run.
+#[test]
+fn two_trainings_started_together_on_one_run_leave_one_whole_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let p = Running::waiting_at(&train_args("run", &["--force"]), dir, "claimed");
+    let pid = p.child.id();
+    refused(
+        &train_args("run", &["--force"]),
+        dir,
+        &format!("run is in use by process {pid} now (training it)"),
+    );
+    Signals::Once("INT").send(pid);
+    let (code, stderr) = p.finish();
+    // Stopped before its first step, it saved that step's checkpoint: the run is the first's.
+    assert_eq!(code, Some(130), "{stderr}");
+    assert_eq!(checkpoint_step(&dir.join("run/last")), 0);
+
+    for round in 0..4 {
+        let out = format!("race{round}");
+        let spawn = || {
+            command(
+                &train_args(&out, &["--force", "--set", "train.max_iters=4"]),
+                dir,
+            )
+            .stderr(Stdio::piped())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap()
+        };
+        let (a, b) = (spawn(), spawn());
+        let mut finished = 0;
+        for child in [a, b] {
+            let done = child.wait_with_output().unwrap();
+            let stderr = String::from_utf8_lossy(&done.stderr);
+            match done.status.code() {
+                Some(0) => finished += 1,
+                Some(2) => assert!(stderr.contains("is in use by process"), "{stderr}"),
+                other => panic!("round {round}: exit {other:?}:\n{stderr}"),
+            }
+        }
+        assert!(finished >= 1, "round {round}: neither finished");
+        assert!(
+            dir.join(&out).join("result.json").is_file(),
+            "round {round}"
+        );
+        assert_eq!(
+            metrics(&dir.join(&out)).last().unwrap().0,
+            4,
+            "round {round}"
+        );
+    }
+}
+
+/// A tmpfs of `mb` megabytes mounted at `at` until dropped; `None` where this process may
+/// not mount (not root), which fails the test under CI.
+struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    fn mount(at: &Path, mb: usize) -> Option<Self> {
+        std::fs::create_dir_all(at).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={mb}m"), "tmpfs"])
+            .arg(at)
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !mounted {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "CI runs as root and must mount a small tmpfs for this test"
+            );
+            eprintln!("skipped: mounting a small tmpfs needs root");
+            return None;
+        }
+        Some(Self(at.to_path_buf()))
+    }
+
+    /// Writes zeros into `filler` until the disk is full.
+    fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let path = self.0.join("filler");
+        let mut f = std::fs::File::create(&path).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        while f.write_all(&block).is_ok() {}
+        let _ = f.sync_all();
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The disk fills up under a run: it says so, names the intact checkpoint and the command
+/// that continues, and leaves no partial checkpoint; with space freed, --resume finishes
+/// the run with the losses of one never stopped.
+#[test]
+fn a_full_disk_names_the_intact_checkpoint_and_leaves_no_partial_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let Some(disk) = SmallDisk::mount(&dir.join("disk"), 24) else {
+        return;
+    };
+    let max = ["--set", "train.max_iters=10"];
+    ok(command(&train_args("straight", &max), dir)
+        .output()
+        .unwrap());
+    let p = Running::waiting_at(&train_args("disk/run", &max), dir, "step@7");
+    let filler = disk.fill();
+    Signals::Once("INT").send(p.child.id());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(2), "{stderr}");
+    for part in [
+        "the disk holding disk/run is full (",
+        "No space left on device",
+        "No partial checkpoint is left; disk/run/last (step 5) is intact",
+        "Free some space, then continue with: headlab train --resume disk/run",
+    ] {
+        assert!(stderr.contains(part), "{part:?} missing:\n{stderr}");
+    }
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    for partial in [".last.tmp", ".best.tmp"] {
+        assert!(!dir.join("disk/run").join(partial).exists(), "{partial}");
+    }
+    assert_eq!(checkpoint_step(&dir.join("disk/run/last")), 5);
+    std::fs::remove_file(filler).unwrap();
+    ok(command(&["train", "--resume", "disk/run"], dir)
+        .output()
+        .unwrap());
+    assert_eq!(
+        metrics(&dir.join("disk/run")),
+        metrics(&dir.join("straight"))
+    );
+}
+
+/// The run's folder removed while it trains: the run says its folder is gone and writes
+/// nothing in its place (no half-made folder with a checkpoint in it).
+#[test]
+fn a_run_whose_folder_is_removed_says_so_and_recreates_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let max = ["--set", "train.max_iters=10"];
+    let p = Running::waiting_at(&train_args("run", &max), dir, "step@7");
+    std::fs::remove_dir_all(dir.join("run")).unwrap();
+    Signals::Once("INT").send(p.child.id());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("error: the run's folder run was removed while it trained (")
+            && stderr.contains("training stopped and wrote nothing in its place"),
+        "{stderr}"
+    );
+    assert!(!dir.join("run").exists());
+}
+
+/// A lab whose loss goes non-finite stops as `train` does, exit 3, naming the run and the
+/// step, and writes no summary that could read as a result (`lab grokking --lr 10` wrote
+/// "train loss NaN" and "did not fit within 60 steps", exit 0).
+#[test]
+fn a_diverging_lab_stops_with_exit_3_and_writes_no_summary() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let out = command(
+        &[
+            "lab", "grokking", "--out", "g", "--lr", "10", "--steps", "60",
+        ],
+        dir,
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    for part in [
+        "error: lab grokking diverged at step ",
+        "(lr 1.000e1); the lab stopped and wrote no summary",
+        "Lower --lr",
+    ] {
+        assert!(stderr.contains(part), "{part:?} missing:\n{stderr}");
+    }
+    assert!(!dir.join("g/summary.md").exists());
+    assert!(
+        !dir.join("g").exists(),
+        "the lab made g and wrote nothing there"
+    );
+
+    let out = command(
+        &[
+            "lab",
+            "heads",
+            "--out",
+            "h",
+            "--heads",
+            "1",
+            "--seeds",
+            "5",
+            "--set",
+            "train.max_iters=60",
+            "--set",
+            "train.eval_interval=2",
+            "--set",
+            "train.lr=1e4",
+        ],
+        dir,
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    for part in [
+        "error: the lab's run h/h1-s5 diverged at step ",
+        "the lab stopped and wrote no summary",
+        "--set train.lr=",
+    ] {
+        assert!(stderr.contains(part), "{part:?} missing:\n{stderr}");
+    }
+    assert!(!dir.join("h/summary.md").exists());
+}
+
+/// With their output in a log, labs print a line at the pace `train` does (every 15 s; here
+/// every step, through the test hook), with the run, the step and the loss: `lab grokking`
+/// printed nothing for minutes, and a lab's runs printed lines that did not say which run.
+#[test]
+fn labs_in_a_log_print_progress_lines_naming_the_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let out = command(
+        &[
+            "lab",
+            "grokking",
+            "--out",
+            "g",
+            "--p",
+            "31",
+            "--fraction",
+            "0.7",
+            "--steps",
+            "20",
+        ],
+        dir,
+    )
+    .env("HEADLAB_TEST_PROGRESS_EVERY_MS", "0")
+    .output()
+    .unwrap();
+    let stderr = ok(out);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("lab grokking: step "))
+        .collect();
+    assert_eq!(lines.len(), 20, "{stderr}");
+    assert!(
+        lines[0].starts_with("lab grokking: step 0/20: train loss "),
+        "{stderr}"
+    );
+    assert!(
+        lines[19].starts_with("lab grokking: step 19/20: train loss "),
+        "{stderr}"
+    );
+
+    let out = command(
+        &[
+            "lab",
+            "heads",
+            "--out",
+            "h",
+            "--heads",
+            "1,2",
+            "--seeds",
+            "5",
+            "--set",
+            "train.max_iters=4",
+            "--set",
+            "train.eval_interval=2",
+        ],
+        dir,
+    )
+    .env("HEADLAB_TEST_PROGRESS_EVERY_MS", "0")
+    .output()
+    .unwrap();
+    let stderr = ok(out);
+    for run in ["h/h1-s5", "h/h2-s5"] {
+        for step in 1..=4 {
+            let line = format!("{run}: step {step}/4: loss ");
+            assert!(
+                stderr.lines().any(|l| l.starts_with(&line)),
+                "{line:?} missing:\n{stderr}"
+            );
+        }
     }
 }

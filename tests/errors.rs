@@ -675,6 +675,103 @@ fn grokking_settings_are_checked_before_anything_is_removed() {
         &grok(&["--weight-decay", "NaN"]),
         &["--weight-decay NaN must be 0 or more"],
     );
+    // Too few pairs to learn from, or to test on: refused, with the fractions that work.
+    fails(
+        dir,
+        &grok(&["--fraction", "0.0001"]),
+        &[
+            "gives 0 training and 2809 held-out pairs",
+            "at least p = 53",
+            "between 0.019 and 0.981",
+        ],
+    );
+    fails(
+        dir,
+        &grok(&["--fraction", "0.99"]),
+        &["gives 2781 training and 28 held-out pairs"],
+    );
+    // A negative number is a value out of range, not an unknown flag.
+    fails(
+        dir,
+        &grok(&["--seed", "-1"]),
+        &["-1 is negative: give a whole number of 0 or more"],
+    );
+    fails(
+        dir,
+        &grok(&["--steps", "-5"]),
+        &["-5 is negative: give a whole number of 0 or more"],
+    );
+}
+
+/// Every unsigned flag takes `-1` as a value out of its range (clap took it for an unknown
+/// flag), and `patch --path` a negative head as a head that does not parse.
+#[test]
+fn negative_numbers_get_the_range_message() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let negative = "-1 is negative: give a whole number of 0 or more";
+    fails(dir, &train_args(&["--seed", "-1"]), &[negative]);
+    fails(
+        dir,
+        &["lab", "heads", "--out", "h", "--seeds", "1,-2"],
+        &["-2 is negative"],
+    );
+    fails(dir, &["compare", "--steps", "-3"], &["-3 is negative"]);
+    let run = trained(dir, "run");
+    assert!(run.is_dir());
+    fails(dir, &["sample", "run", "--seed", "-1"], &[negative]);
+    fails(
+        dir,
+        &["sample", "run", "--num-samples", "-2"],
+        &["-2 is negative"],
+    );
+    fails(
+        dir,
+        &["lens", "run", "--text", "the spy.", "--top", "-1"],
+        &[negative],
+    );
+    fails(
+        dir,
+        &[
+            "patch",
+            "run",
+            "--clean",
+            "the spy",
+            "--corrupted",
+            "the spa",
+            "--answer",
+            "s",
+            "--path",
+            "-1.0",
+        ],
+        &["\"-1.0\" is not LAYER.HEAD"],
+    );
+}
+
+/// A text of one character repeated (letters or NUL bytes) has nothing to predict: refused
+/// before anything is written, naming the character.
+#[test]
+fn a_text_of_one_repeated_character_is_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    std::fs::write(dir.join("a.txt"), "a".repeat(20_000)).unwrap();
+    std::fs::write(dir.join("nul.txt"), vec![0u8; 20_000]).unwrap();
+    for (file, shown) in [("a.txt", "('a')"), ("nul.txt", "('\\0')")] {
+        for tokenizer in ["char", "byte", "bpe"] {
+            let path = format!("data.path={}", dir.join(file).display());
+            let kind = format!("data.tokenizer={tokenizer}");
+            fails(
+                dir,
+                &train_args(&["--set", &path, "--set", &kind]),
+                &[
+                    "holds one distinct character",
+                    shown,
+                    "nothing to predict",
+                    "more than one distinct character",
+                ],
+            );
+        }
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::common::{TINY, chromium, headlab, headlab_reader_leaves, ok, render, tiny};
+use crate::common::{TINY, chromium, headlab, headlab_reader_leaves, ok, render, render_at, tiny};
 use headlab_kernels::to_host;
 
 /// `heads --text` on a tracked run: every file, a page that renders every head, and columns
@@ -149,6 +149,43 @@ fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
         dom.matches("class=\"tok").count(),
         "the spy sees the dogs.".len()
     );
+    // In a 1400-pixel window the head table fits, its last column (roles) in view, and each
+    // score column has one format: three decimals on every row (0.000, never a bare 0).
+    let probe = "<script>addEventListener('load', () => { const t = \
+        document.getElementById('table'); document.body.dataset.test = JSON.stringify({ \
+        overflow: t.scrollWidth - t.clientWidth, right: t.getBoundingClientRect().right, \
+        width: document.documentElement.clientWidth, top1: [...document.querySelectorAll(\
+        'td.ov_top1')].map(c => c.textContent) }); });</script></body>";
+    let copy = out.join("probed.html");
+    let html = std::fs::read_to_string(&page).unwrap();
+    std::fs::write(&copy, html.replacen("</body>", probe, 1)).unwrap();
+    let (dom, _) = render_at(
+        &browser,
+        &copy,
+        &dir.path().join("chrome2"),
+        Some((1400, 1000)),
+    );
+    let attr = dom
+        .split("data-test=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .unwrap_or_else(|| panic!("the probe did not run:\n{dom}"))
+        .replace("&quot;", "\"");
+    let seen: serde_json::Value = serde_json::from_str(&attr).unwrap();
+    assert_eq!(seen["overflow"], 0, "{seen}");
+    assert!(
+        seen["right"].as_f64().unwrap() <= seen["width"].as_f64().unwrap(),
+        "{seen}"
+    );
+    let top1 = seen["top1"].as_array().unwrap();
+    assert_eq!(top1.len(), 4, "{seen}");
+    for (cell, row) in top1.iter().zip(rows) {
+        assert_eq!(
+            cell.as_str().unwrap(),
+            format!("{:.3}", row["ov_top1"].as_f64().unwrap()),
+            "{seen}"
+        );
+    }
 }
 
 /// Lines of two interleaved runs of letters, each letter the one two places before it moved
@@ -526,8 +563,12 @@ fn a_short_lab_induction_run_forms_an_induction_head() {
     // The induction head copies what it finds: its copying score (head_history.csv's last
     // column) starts below 0.5, first passes it at the step the summary names, and at one
     // tracked step (the best checkpoint's, which the lab's head table is of) is the table's.
-    let layer = after("- **induction head**: layer").to_string();
-    let head = after(&format!("- **induction head**: layer {layer} head")).to_string();
+    let id = summary
+        .split("- **induction head**: head ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or_else(|| panic!("{summary}"));
+    let (layer, head) = id.split_once('.').unwrap();
     let copying: Vec<(usize, f64)> = rows
         .iter()
         .filter(|r| r[1] == layer && r[2] == head)
@@ -1245,6 +1286,7 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
     ok(&out);
     let trained_err = String::from_utf8_lossy(&out.stderr).into_owned();
     let history = std::fs::read_to_string(dir.path().join("g/syntax_history.csv")).unwrap();
+    let trained_sweep = std::fs::read_to_string(dir.path().join("g/heads/agreement.csv")).unwrap();
     let out = headlab(&["heads", "g"], dir.path());
     ok(&out);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -1280,9 +1322,54 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
         "{err}"
     );
     assert!(
-        trained_err.contains(&format!("syntax ({} val sentences): ", sentences.len())),
+        trained_err.contains(&format!(
+            "syntax, measured on {} val sentences:\n",
+            sentences.len()
+        )),
         "{trained_err}"
     );
+    // Training ends with a short block, not one long line: each row of its sweep (intact,
+    // tracked, controls) with its forced choice, well-formed and agreeing shares side by
+    // side, read back against the agreement.csv it wrote; agreeing is among the well-formed.
+    let block: Vec<&str> = trained_err
+        .lines()
+        .skip_while(|l| !l.starts_with("syntax, measured on"))
+        .take_while(|l| l.starts_with("syntax") || l.starts_with("  "))
+        .collect();
+    assert!(block.iter().all(|l| l.len() <= 120), "{block:#?}");
+    assert!(
+        block.iter().any(|l| l.contains("forced choice")
+            && l.contains("well-formed")
+            && l.contains("agreeing")),
+        "{block:#?}"
+    );
+    for line in trained_sweep.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        let name = match f[1] {
+            "intact" => "intact".to_string(),
+            "tracked" => format!("{} zeroed", f[0]),
+            _ => format!("{} zeroed (control)", f[0]),
+        };
+        let share = |x: f64| format!("{}%", (100.0 * x).round());
+        let (formed, agreeing): (f64, f64) = (f[6].parse().unwrap(), f[7].parse().unwrap());
+        let row: Vec<String> = block
+            .iter()
+            .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no row {name:?} in {block:#?}"))
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let n = row.len();
+        let accuracy: f64 = f[3].parse().unwrap();
+        assert_eq!(row[n - 3], format!("{accuracy:.2}"), "{line}: {row:?}");
+        assert_eq!(row[n - 2], share(formed), "{line}: {row:?}");
+        let among = if formed > 0.0 {
+            share(agreeing / formed)
+        } else {
+            "-".into()
+        };
+        assert_eq!(row[n - 1], among, "{line}: {row:?}");
+    }
 
     let syntax = parse_text(&text).unwrap();
     let csv = std::fs::read_to_string(heads_dir.join("syntax.csv")).unwrap();

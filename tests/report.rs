@@ -205,7 +205,7 @@ fn the_report_replays_training_and_keeps_markup_as_text() {
     assert_eq!(seen["last"]["maps"][moved]["step"], "180");
     assert_eq!(seen["maps_redrawn"], true);
 
-    // Hovering token 5 shades tokens 0..=5 by the selected head's (L0 H0) weights from query 5
+    // Hovering token 5 shades tokens 0..=5 by the selected head's (0.0) weights from query 5
     // at the last step, in the maps' colour scale, read here from head_maps.jsonl; leaving
     // clears it.
     assert_eq!(seen["hover"], "5");
@@ -446,8 +446,8 @@ fn the_committed_lab_pages_come_from_the_current_templates() {
             .unwrap()
             .to_string()
     };
-    let head = after("- **induction head**: layer ");
-    let head_index = after(&format!("- **induction head**: layer {head} head "));
+    let id = after("- **induction head**: head ");
+    let (head, head_index) = id.split_once('.').unwrap();
     let csv = std::fs::read_to_string(repo.join("docs/lab-induction/heads.csv")).unwrap();
     let columns: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
     let col = columns.iter().position(|c| *c == "copying").unwrap();

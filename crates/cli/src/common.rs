@@ -91,3 +91,19 @@ pub fn open_run(
 pub fn observers() -> Vec<Box<dyn Observer>> {
     vec![Box::new(HeadTracker::new()), Box::new(RunPlots::new())]
 }
+
+/// The value parser of every unsigned flag: clap takes `-1` for a flag, not a value, and
+/// otherwise says only "invalid digit"; this names the range instead.
+pub fn whole_number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
+    text.parse().map_err(|_| {
+        let digits = text.trim();
+        let why = if digits.starts_with('-') {
+            "is negative"
+        } else if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+            "is too large"
+        } else {
+            "is not a whole number"
+        };
+        format!("{text} {why}: give a whole number of 0 or more, such as 1 or 1337")
+    })
+}

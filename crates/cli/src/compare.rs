@@ -8,7 +8,7 @@ use headlab_compare::{Comparison, compare, compare_markdown, write_compare};
 use headlab_kernels::BackendKind;
 use headlab_train::run::RunDir;
 
-use crate::common::{fresh_run_dir, load_config};
+use crate::common::{fresh_run_dir, load_config, whole_number};
 
 /// `headlab compare`.
 #[derive(Debug, Args)]
@@ -29,7 +29,7 @@ pub struct CompareArgs {
     )]
     pub backends: Vec<String>,
     /// Training steps on each backend.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, allow_negative_numbers = true, value_parser = whole_number::<usize>)]
     pub steps: usize,
     /// Start every backend from these weights instead of a fresh initialisation: a weights
     /// file of the config's model, e.g. a run's last/model.bpk, whose attention is

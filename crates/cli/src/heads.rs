@@ -10,7 +10,7 @@ use headlab_report::{to_table, write_head_report};
 use headlab_train::trainer::load_dataset;
 
 use crate::common::{OnRun, open_run};
-use crate::syntax::SyntaxReport;
+use headlab_heads::syntax_report::SyntaxReport;
 
 /// `headlab heads`.
 #[derive(Debug, Args)]
@@ -50,13 +50,13 @@ pub fn run(args: HeadsArgs) -> Result<()> {
     print!("{}", to_table(&report.rows));
     let syntax_files = match &syntax {
         Some(syntax) => {
-            eprint!("{}", crate::syntax::summary(syntax));
+            eprint!("{}", headlab_heads::syntax_report::summary(syntax));
             format!(
                 ", {}, {}, {}, {}",
-                crate::syntax::SYNTAX_FILE,
-                crate::syntax::AGREEMENT_FILE,
-                crate::syntax::JSON_FILE,
-                crate::syntax::TEXT_FILE
+                headlab_heads::syntax_report::SYNTAX_FILE,
+                headlab_heads::syntax_report::AGREEMENT_FILE,
+                headlab_heads::syntax_report::JSON_FILE,
+                headlab_heads::syntax_report::TEXT_FILE
             )
         }
         None => String::new(),
@@ -72,7 +72,7 @@ pub fn run(args: HeadsArgs) -> Result<()> {
 /// The head table of the run `args` name: where it was written, and what it holds. `data` is
 /// the run's dataset when the caller has it (training does), saving a second read and
 /// tokenization of its text. On a run on the built-in grammar corpus, also its syntactic
-/// heads ([`crate::syntax::measure`]); a failure there is a note, not an error.
+/// heads ([`headlab_heads::syntax_report::measure`]); a failure there is a note, not an error.
 pub fn write(
     args: &HeadsArgs,
     data: Option<Dataset>,
@@ -159,11 +159,13 @@ pub fn write(
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let mut report = head_report(&model, &tokenizer, &probe, &map_ids, &device);
     let syntax = match &data {
-        Some(data) => crate::syntax::measure(&config, data, &tokenizer, &model, &device, &out)
-            .unwrap_or_else(|e| {
-                eprintln!("note: the syntactic head scores were not made: {e:#}");
-                None
-            }),
+        Some(data) => {
+            headlab_heads::syntax_report::measure(&config, data, &tokenizer, &model, &device, &out)
+                .unwrap_or_else(|e| {
+                    eprintln!("note: the syntactic head scores were not made: {e:#}");
+                    None
+                })
+        }
         None => None,
     };
     // The table's roles column: each head's syntactic roles on the val sentences.

@@ -16,14 +16,16 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use headlab_kernels::BackendKind;
 use headlab_labs::{Runs, ambiguity, grokking, head_count, induction, symmetry};
-use headlab_train::run::{TRAINING_FILE, TrainingMark, mark_training, marked_pid};
+use headlab_train::run::{
+    Holder, RunError, TrainingMark, holder_name, mark_holder, mark_training, stop_advice,
+};
 use headlab_train::stop;
 
-use crate::common::observers;
+use crate::common::{observers, whole_number};
 
 /// `headlab lab <name>`: each experiment is a subcommand, so `headlab lab NAME --help` says
 /// what that one trains, how long it takes and what it writes.
@@ -71,10 +73,10 @@ pub enum LabName {
         #[command(flatten)]
         common: Common,
         /// Seeds (comma-separated; default 1,2,3).
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', allow_negative_numbers = true, value_parser = whole_number::<u64>)]
         seeds: Option<Vec<u64>>,
         /// Head counts (comma-separated; default 1,2,4,8,16,32,64).
-        #[arg(long, value_delimiter = ',')]
+        #[arg(long, value_delimiter = ',', allow_negative_numbers = true, value_parser = whole_number::<usize>)]
         heads: Option<Vec<usize>>,
     },
     /// Where "with" and "and" look when what "with" attaches to decides a later verb.
@@ -143,16 +145,16 @@ pub enum LabName {
 #[derive(Debug, Args)]
 pub struct GrokArgs {
     /// The prime modulus p (the vocabulary is 0..p and "="); at most 211.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole_number::<u32>)]
     p: Option<u32>,
     /// Share of the p x p pairs trained on, in (0, 1).
     #[arg(long, allow_negative_numbers = true)]
     fraction: Option<f64>,
     /// Full-batch training steps.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole_number::<usize>)]
     steps: Option<usize>,
     /// Seed of the split and the initial weights.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole_number::<u64>)]
     seed: Option<u64>,
     /// AdamW learning rate.
     #[arg(long, allow_negative_numbers = true)]
@@ -266,14 +268,25 @@ pub fn run(args: LabArgs) -> Result<()> {
             out.display()
         );
     }
-    if let Some((what, pid)) = in_use(&out) {
-        bail!(
-            "{} is in use by process {pid} now; wait for it to finish, or stop it first \
-             (kill -INT {pid}) and then continue it with --resume. (If no such process runs, \
-             remove {} and try again.)",
+    let in_use = |what: &Path, holder: Holder| {
+        anyhow!(
+            "{} is in use by {} now; wait for it to finish, or {} and then continue it with \
+             --resume",
             what.display(),
-            what.join(TRAINING_FILE).display()
-        );
+            holder_name(holder),
+            stop_advice(holder)
+        )
+    };
+    // Taken in one step before anything in the folder changes: of two labs started together
+    // on one folder, one runs and the other is refused, the folder untouched.
+    let mark = match mark_training(&out) {
+        Ok(mark) => mark,
+        Err(RunError::InUse { pid, .. }) => return Err(in_use(&out, pid)),
+        Err(e) => return Err(e.into()),
+    };
+    // A run in the folder that a process trains on its own (`train --resume`).
+    if let Some((what, holder)) = busy_run(&out) {
+        return Err(in_use(&what, holder));
     }
     if out.exists() && !resume {
         if !force {
@@ -288,7 +301,7 @@ pub fn run(args: LabArgs) -> Result<()> {
         }
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
     }
-    let _in_use = InUse::mark(&out)?;
+    let _in_use = InUse::new(&out, mark)?;
     let runs = Runs {
         observers: &observers,
         resume,
@@ -314,20 +327,17 @@ pub fn run(args: LabArgs) -> Result<()> {
     Ok(())
 }
 
-/// The lab folder `out`, or a run in it, that another live process has marked, and that
-/// process: a lab marks its folder for as long as it runs, and each run while it trains.
-fn in_use(out: &Path) -> Option<(PathBuf, u32)> {
-    if let Some(pid) = marked_pid(out) {
-        return Some((out.to_path_buf(), pid));
-    }
+/// A run in the lab folder `out` that another live process has marked, and that process.
+fn busy_run(out: &Path) -> Option<(PathBuf, Holder)> {
     std::fs::read_dir(out).ok()?.flatten().find_map(|entry| {
-        let pid = marked_pid(&entry.path())?;
-        Some((entry.path(), pid))
+        let holder = mark_holder(&entry.path())?;
+        Some((entry.path(), holder))
     })
 }
 
-/// `OUT/.training` while the lab runs, so that a second lab refuses the folder; `OUT` itself
-/// goes too if the lab made it and wrote nothing there (bad input found inside the lab).
+/// The lab's mark ([`mark_training`]) while it runs, so that a second lab refuses the folder;
+/// `OUT` itself goes too if the lab made it and wrote nothing there (bad input found inside
+/// the lab).
 struct InUse {
     out: PathBuf,
     made: bool,
@@ -335,12 +345,11 @@ struct InUse {
 }
 
 impl InUse {
-    fn mark(out: &Path) -> Result<Self> {
+    fn new(out: &Path, mark: TrainingMark) -> Result<Self> {
         let made = !out.exists();
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
-        let mark = mark_training(out)?;
         // A stop request that ends the process at once skips `drop`: it removes them then.
-        stop::remove_on_exit(&out.join(TRAINING_FILE));
+        stop::remove_on_exit(mark.path());
         if made {
             stop::remove_on_exit(out);
         }
@@ -354,12 +363,14 @@ impl InUse {
 
 impl Drop for InUse {
     fn drop(&mut self) {
-        stop::keep_on_exit(&self.out.join(TRAINING_FILE));
         stop::keep_on_exit(&self.out);
-        drop(self.mark.take());
         let empty = std::fs::read_dir(&self.out).is_ok_and(|mut d| d.next().is_none());
         if self.made && empty {
             let _ = std::fs::remove_dir(&self.out);
+        }
+        // Released last: until here no other lab may take the folder.
+        if let Some(mark) = self.mark.take() {
+            stop::keep_on_exit(mark.path());
         }
     }
 }

@@ -9,7 +9,7 @@ use headlab_data::Tokenizer;
 use headlab_heads::{LensStage, attribute, logit_lens};
 use headlab_report::heatmap::heatmap_png;
 
-use crate::common::{OnRun, open_run};
+use crate::common::{OnRun, open_run, whole_number};
 
 /// `headlab lens`.
 #[derive(Debug, Args)]
@@ -21,7 +21,7 @@ pub struct LensArgs {
     #[arg(long)]
     pub text: String,
     /// Most likely tokens to list per stage and position.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = whole_number::<usize>)]
     pub top: usize,
     /// Also attribute, after the whole text, this token's logit to each head, MLP and the
     /// embedding (direct logit attribution); writes attribution.csv.
@@ -181,6 +181,7 @@ fn draw(png: &std::path::Path, stages: &[LensStage], tokens: &[u32], tk: &Tokeni
         .flat_map(|s| s.top.iter().map(|t| shown(tk, t[0].0)))
         .collect();
     let title = "logit lens: p(next token) at each stage (loss beside it), top token in the cell";
-    heatmap_png(png, title, &rows, &columns, &values, &cells)?;
+    let x_title = "position: the token to predict there (each stage's top guess in its cell)";
+    heatmap_png(png, (title, x_title), &rows, &columns, &values, &cells)?;
     Ok(())
 }

@@ -3,9 +3,10 @@
 //!
 //! Exit codes: 0 success; 2 bad input of any kind (config, data, run directory, checkpoint,
 //! backend, options), with a message naming what is wrong and how to fix it, or a backend that
-//! fails `headlab compare`; 3 training diverged (the last good checkpoint is kept); 130
-//! (SIGINT, Ctrl-C) or 143 (SIGTERM): stopped by that signal, with what it had saved (a
-//! run's checkpoint to resume from, a lab's finished runs, `lab grokking`'s results so far).
+//! fails `headlab compare`; 3 training diverged, in a run or a lab (a run's last good
+//! checkpoint is kept); 130 (SIGINT, Ctrl-C) or 143 (SIGTERM): stopped by that signal, with
+//! what it had saved (a run's checkpoint to resume from, a lab's finished runs, `lab
+//! grokking`'s results so far).
 //! Other commands end quietly when their output's reader goes away (`| head`), as Unix tools
 //! do.
 
@@ -27,7 +28,6 @@ mod lens;
 mod patch;
 mod report;
 mod sample;
-mod syntax;
 mod train;
 
 /// Train small GPT-style language models and watch their attention heads specialise.
@@ -132,6 +132,10 @@ fn main() -> ExitCode {
         {
             eprintln!("{error}");
             ExitCode::from(headlab_train::stop::exit_code())
+        }
+        Err(error) if matches!(error.downcast_ref(), Some(LabError::Diverged { .. })) => {
+            eprintln!("error: {}", message(&error));
+            ExitCode::from(3)
         }
         Err(error) => match error.downcast_ref::<TrainError>() {
             Some(

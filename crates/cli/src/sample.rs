@@ -8,7 +8,7 @@ use clap::Args;
 use headlab_data::StreamDecoder;
 use headlab_model::Sampling;
 
-use crate::common::{OnRun, open_run};
+use crate::common::{OnRun, open_run, whole_number};
 
 /// `headlab sample`.
 #[derive(Debug, Args)]
@@ -19,22 +19,22 @@ pub struct SampleArgs {
     #[arg(long, default_value = "\n")]
     pub prompt: String,
     /// Tokens to generate per sample.
-    #[arg(long, default_value_t = 300)]
+    #[arg(long, default_value_t = 300, allow_negative_numbers = true, value_parser = whole_number::<usize>)]
     pub max_new_tokens: usize,
     /// Softmax temperature; 0 is greedy.
     #[arg(long, default_value_t = 0.8, allow_negative_numbers = true)]
     pub temperature: f32,
     /// Keep only the k most likely tokens.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole_number::<usize>)]
     pub top_k: Option<usize>,
     /// Keep the smallest set of tokens whose probability reaches p.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pub top_p: Option<f32>,
     /// Number of samples.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = whole_number::<usize>)]
     pub num_samples: usize,
     /// Sampling seed.
-    #[arg(long, default_value_t = 1337)]
+    #[arg(long, default_value_t = 1337, allow_negative_numbers = true, value_parser = whole_number::<u64>)]
     pub seed: u64,
     /// The backend and checkpoint to load.
     #[command(flatten)]

@@ -11,7 +11,7 @@ use headlab_train::trainer::{TrainOptions, train};
 
 use headlab_report::report_run;
 
-use crate::common::{Checkpoint, OnRun, fresh_run_dir, load_config, observers};
+use crate::common::{Checkpoint, OnRun, fresh_run_dir, load_config, observers, whole_number};
 use crate::heads::HeadsArgs;
 
 /// `headlab train`.
@@ -38,7 +38,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub force: bool,
     /// Random seed (overrides train.seed).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = whole_number::<u64>)]
     pub seed: Option<u64>,
 }
 
@@ -79,6 +79,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 resume_sets,
                 print_sample: true,
                 init: None,
+                name_in_progress: false,
             }
         }
         None => {
@@ -97,6 +98,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
                 resume_sets: Vec::new(),
                 print_sample: true,
                 init: None,
+                name_in_progress: false,
             }
         }
     };
@@ -165,7 +167,10 @@ pub fn run(args: TrainArgs) -> Result<()> {
     };
     match crate::heads::write(&heads, Some(summary.dataset)) {
         Ok((_, _, Some(syntax))) => {
-            headlab_train::log_line!("{}", crate::syntax::one_line(&syntax))
+            headlab_train::log_line!(
+                "{}",
+                headlab_heads::syntax_report::block(&syntax).trim_end()
+            )
         }
         Ok(_) => {}
         Err(e) => headlab_train::log_line!("note: the head table was not made: {e:#}"),

@@ -82,6 +82,13 @@ pub enum DataError {
     },
     #[error(transparent)]
     Config(#[from] DataConfigError),
+    /// A text of one character repeated: there is nothing to predict.
+    #[error(
+        "{source_name} holds one distinct character ({symbol:?}) and nothing else: a model has \
+         nothing to predict there (its loss is 0 from the first step); give a text with more \
+         than one distinct character"
+    )]
+    OneSymbol { source_name: String, symbol: char },
 }
 
 fn val_hint(split: &Split) -> &'static str {
@@ -147,6 +154,15 @@ impl Dataset {
     ) -> Result<Self, DataError> {
         let description = description.into();
         check_val_fraction(val_fraction)?;
+        let mut chars = text.chars();
+        if let Some(symbol) = chars.next()
+            && chars.all(|c| c == symbol)
+        {
+            return Err(DataError::OneSymbol {
+                source_name: description,
+                symbol,
+            });
+        }
         let tokenizer = match kind {
             TokenizerKind::Bpe => {
                 Tokenizer::train_bpe(split_text(text, val_fraction).0, vocab_size)
@@ -666,8 +682,8 @@ mod tests {
         assert_eq!((d.chars(Split::Train), d.chars(Split::Val)), (9, 1));
         assert_eq!(d.chars_per_token(Split::Train), 1.0);
         assert!((d.bits_per_char(Split::Val, 2.0) - 2.0 / std::f64::consts::LN_2).abs() < 1e-12);
-        // Bytes: "é" is two tokens but one character.
-        let d = Dataset::from_text(&"é".repeat(10), TokenizerKind::Byte, 0.5, "t").unwrap();
+        // Bytes: "é" and "à" are two tokens each but one character.
+        let d = Dataset::from_text(&"éà".repeat(5), TokenizerKind::Byte, 0.5, "t").unwrap();
         assert_eq!((d.len(Split::Train), d.chars(Split::Train)), (10, 5));
         assert!((d.bits_per_char(Split::Train, 1.0) - 2.0 / std::f64::consts::LN_2).abs() < 1e-12);
     }
@@ -706,7 +722,7 @@ mod tests {
         ] {
             assert!(msg.contains(part), "{part:?} missing from {msg}");
         }
-        let d = Dataset::from_text(&"x".repeat(100), TokenizerKind::Char, 0.05, "t").unwrap();
+        let d = Dataset::from_text(&"xy".repeat(50), TokenizerKind::Char, 0.05, "t").unwrap();
         let msg = d.check_block_size(10).unwrap_err().to_string();
         assert!(
             msg.contains("val split has 5 tokens") && msg.contains("data.val_fraction"),

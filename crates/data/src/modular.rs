@@ -28,6 +28,34 @@ pub enum ModularError {
     /// A train fraction that leaves one split empty.
     #[error("the train fraction {0} must be in (0, 1), e.g. 0.4, so that both splits hold pairs")]
     Fraction(f64),
+    /// A train fraction that leaves a split with fewer than p pairs.
+    #[error(
+        "the train fraction {fraction} gives {train} training and {test} held-out pairs of the \
+         {}; each split needs at least p = {p} (one pair per answer on average): choose a \
+         fraction between {} and {}, e.g. 0.4",
+        p * p,
+        fraction_range(*p).0,
+        fraction_range(*p).1
+    )]
+    TooFewPairs {
+        /// The fraction asked for.
+        fraction: f64,
+        /// The modulus.
+        p: u32,
+        /// Pairs it would train on.
+        train: usize,
+        /// Pairs it would hold out.
+        test: usize,
+    },
+}
+
+/// The train fractions, to 3 decimals, that leave at least `p` pairs in each split of the p²:
+/// `round(f p²) >= p` and `p² - round(f p²) >= p`.
+pub fn fraction_range(p: u32) -> (f64, f64) {
+    let (p, n) = (f64::from(p), f64::from(p * p));
+    let lo = ((p - 0.5) / n * 1000.0).ceil() / 1000.0;
+    let hi = ((n - p + 0.5) / n * 1000.0 - 1e-9).floor() / 1000.0;
+    (lo, hi)
 }
 
 /// One example: `[a, b, answer]`.
@@ -60,19 +88,37 @@ pub fn examples(p: u32) -> Result<Vec<Example>, ModularError> {
         .collect())
 }
 
+/// Checks that `p` and the train `fraction` give both splits at least `p` pairs, and returns
+/// the number of training pairs.
+pub fn check_split(p: u32, fraction: f64) -> Result<usize, ModularError> {
+    if !(fraction > 0.0 && fraction < 1.0) {
+        return Err(ModularError::Fraction(fraction));
+    }
+    check_modulus(p)?;
+    let all = (p * p) as usize;
+    let n = (fraction * all as f64).round() as usize;
+    let test = all - n.min(all);
+    if n < p as usize || test < p as usize {
+        return Err(ModularError::TooFewPairs {
+            fraction,
+            p,
+            train: n,
+            test,
+        });
+    }
+    Ok(n)
+}
+
 /// The pairs shuffled by `seed`, the first `round(fraction * p²)` for training and the rest
-/// held out.
+/// held out ([`check_split`]).
 pub fn split(
     p: u32,
     fraction: f64,
     seed: u64,
 ) -> Result<(Vec<Example>, Vec<Example>), ModularError> {
-    if !(fraction > 0.0 && fraction < 1.0) {
-        return Err(ModularError::Fraction(fraction));
-    }
+    let n = check_split(p, fraction)?;
     let mut all = examples(p)?;
     all.shuffle(&mut StdRng::seed_from_u64(seed));
-    let n = ((fraction * all.len() as f64).round() as usize).clamp(1, all.len() - 1);
     let test = all.split_off(n);
     Ok((all, test))
 }
@@ -118,5 +164,35 @@ mod tests {
         );
         assert!(split(53, 1.0, 1).is_err() && split(53, 0.0, 1).is_err());
         assert!(split(53, f64::NAN, 1).is_err());
+    }
+
+    /// Each split holds at least p pairs, and the range the error offers is exactly the
+    /// fractions (to 3 decimals) that give that, counted by a loop over every fraction.
+    #[test]
+    fn a_split_with_fewer_than_p_pairs_is_refused_and_the_offered_range_fits() {
+        for p in [3u32, 53, 113] {
+            let n = (p * p) as usize;
+            let fits = |f: f64| {
+                let train = (f * n as f64).round() as usize;
+                train >= p as usize && n - train.min(n) >= p as usize
+            };
+            let fitting: Vec<f64> = (1..1000)
+                .map(|k| f64::from(k) / 1000.0)
+                .filter(|&f| fits(f))
+                .collect();
+            let (lo, hi) = fraction_range(p);
+            assert_eq!((lo, hi), (fitting[0], *fitting.last().unwrap()), "p = {p}");
+            for k in 1..1000 {
+                let f = f64::from(k) / 1000.0;
+                assert_eq!(split(p, f, 1).is_ok(), fits(f), "p = {p}, fraction {f}");
+            }
+        }
+        let e = split(53, 0.0001, 1).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the train fraction 0.0001 gives 0 training and 2809 held-out pairs of the 2809; \
+             each split needs at least p = 53 (one pair per answer on average): choose a \
+             fraction between 0.019 and 0.981, e.g. 0.4"
+        );
     }
 }

@@ -42,7 +42,7 @@ pub enum AttributionError {
 /// One part of the residual stream and what it adds to the logit.
 #[derive(Debug, Clone, Serialize)]
 pub struct Part {
-    /// `embedding`, `L{l}H{h}`, `L{l} attention bias`, `L{l} MLP`, `final LayerNorm bias`.
+    /// `embedding`, `{l}.{h}` (a head), `L{l} attention bias`, `L{l} MLP`, `final LayerNorm bias`.
     pub name: String,
     /// Its direct contribution.
     pub logit: f64,
@@ -118,7 +118,7 @@ pub fn attribute(
                     *o += x * w_o[(h * d_k + i) * d + j];
                 }
             }
-            parts.push((format!("L{layer}H{h}"), v));
+            parts.push((format!("{layer}.{h}"), v));
         }
         let (_, _attention) = sublayers.next().expect("each block's attention");
         if let Some(b) = &block.attn.o_proj.bias {
@@ -247,7 +247,7 @@ mod tests {
                 let expected =
                     1 + 2 * (3 + usize::from(bias) + usize::from(!attn_only)) + usize::from(bias);
                 assert_eq!(a.parts.len(), expected, "case {k}");
-                assert!(a.parts.iter().any(|p| p.name == "L1H2"));
+                assert!(a.parts.iter().any(|p| p.name == "1.2"));
             }
         }
     }

@@ -18,12 +18,18 @@
 //!   LayerNorm and LM head.
 //! - [`history`]: scores through training (`head_history.csv`) and the induction circuit read from
 //!   them.
-//! - [`patching`]: activation patching of a clean prompt into a corrupted one, site by site.
+//! - [`patching`]: activation patching of a clean prompt into a corrupted one, site by site,
+//!   and path patching from one head into another's Q, K or V; [`patch_report`]: its summary,
+//!   `patch.csv`, `patch.json` and `path.csv`.
+//! - [`syntax`]: each head's attention on the grammar's dependencies against fixed-offset
+//!   rules, the subject trackers and the agreement ablation; [`syntax_report`]: their files
+//!   (`syntax.csv`, `agreement.csv`, `syntax.json`) and the text `train` and `heads` print.
 //! - [`maps`]: attention maps through training (`head_maps.jsonl`).
 //! - [`tracker`]: a training observer that records both.
 //!
-//! Analysis returns data; pictures and pages of it are `headlab-report`'s job, so this crate
-//! must not depend on it (or on the CLI).
+//! Analysis returns data, and its text and CSV/JSON files sit beside it (the `*_report`
+//! modules); pictures and pages of it are `headlab-report`'s job, so this crate must not
+//! depend on it (or on the CLI).
 
 pub mod analysis;
 pub mod attribution;
@@ -34,10 +40,12 @@ pub mod history;
 pub mod icl;
 pub mod lens;
 pub mod maps;
+pub mod patch_report;
 pub mod patching;
 pub mod probe;
 pub mod scores;
 pub mod syntax;
+pub mod syntax_report;
 pub mod tracker;
 
 pub use analysis::{AttentionMaps, HeadReport, HeadRow, PatternScores, head_report};

@@ -1,7 +1,7 @@
-//! The syntactic heads of a run on the built-in grammar corpus, for `headlab heads` and
-//! `headlab train`: each head's score on each dependency against the best fixed-offset rule,
-//! the heads that look at the verb's subject where the verb writes its number, and whether
-//! zeroing them breaks agreement ([`headlab_heads::syntax`]).
+//! The syntactic heads of a run on the built-in grammar corpus as files and text, for
+//! `headlab heads` and `headlab train`: each head's score on each dependency against the best
+//! fixed-offset rule, the heads that look at the verb's subject where the verb writes its
+//! number, and whether zeroing them breaks agreement ([`crate::syntax`] measures them).
 //!
 //! Measured on a fixed held-out text: the start of the run's val split, from the end of its
 //! first sentence (the split may cut into it) to the end of its [`MAX_SENTENCES`]th whole one
@@ -24,19 +24,36 @@
 //! - `syntax.json`: the same for the run's page.
 
 use std::fmt::Write as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
 use burn::tensor::Device;
 use headlab_data::syntax::Relation;
 use headlab_data::{BuiltinCorpus, Dataset, Tokenizer};
-use headlab_heads::syntax::{
-    AblationKind, AblationRow, AgreementScore, HeadId, MAX_SENTENCES, ROLE_MARGIN, ROLE_MIN_ARCS,
-    RelationScore, Sampled, SyntaxRoles, SyntaxScores, ablation_sweep, subject_trackers,
-    syntax_roles, syntax_scores, val_probe,
-};
 use headlab_model::Gpt;
 use headlab_train::config::RunConfig;
+use thiserror::Error;
+
+use crate::syntax::{
+    AblationKind, AblationRow, AgreementScore, HeadId, MAX_SENTENCES, ROLE_MARGIN, ROLE_MIN_ARCS,
+    RelationScore, Sampled, SyntaxRoles, SyntaxScoreError, SyntaxScores, ablation_sweep,
+    subject_trackers, syntax_roles, syntax_scores, val_probe,
+};
+
+/// Why [`measure`] could not write its files.
+#[derive(Debug, Error)]
+pub enum SyntaxReportError {
+    /// Reading the val split's sentences, or the ablation sweep.
+    #[error("measuring the syntactic heads: {0}")]
+    Score(#[from] SyntaxScoreError),
+    /// Writing one of the files.
+    #[error("cannot write {}: {source}", path.display())]
+    Write {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
 
 /// At more than this share of the verbs a subject tracker puts more attention on the subject
 /// than on the attractor ([`subject_trackers`]): more often than not.
@@ -86,13 +103,11 @@ pub fn measure(
     model: &Gpt,
     device: &Device,
     out: &Path,
-) -> Result<Option<SyntaxReport>> {
+) -> Result<Option<SyntaxReport>, SyntaxReportError> {
     if config.data.builtin.as_deref() != Some(BuiltinCorpus::Grammar.name()) {
         return Ok(None);
     }
-    let Some((probe, sentences)) =
-        val_probe(data, tokenizer, MAX_SENTENCES).context("reading the val split's sentences")?
-    else {
+    let Some((probe, sentences)) = val_probe(data, tokenizer, MAX_SENTENCES)? else {
         return Ok(None);
     };
     let text = probe.text.as_str();
@@ -135,7 +150,7 @@ pub fn measure(
     };
     let write = |name: &str, body: String| {
         let path = out.join(name);
-        std::fs::write(&path, body).with_context(|| format!("writing {}", path.display()))
+        std::fs::write(&path, body).map_err(|source| SyntaxReportError::Write { path, source })
     };
     write(TEXT_FILE, format!("{text}\n"))?;
     write(SYNTAX_FILE, syntax_csv(&report))?;
@@ -466,8 +481,128 @@ fn sampled_line(sweep: &[AblationRow]) -> Option<String> {
     ))
 }
 
-/// The line `headlab train` prints: the heads that beat their baseline, and the subject
-/// tracker's attention and ablation.
+/// What `headlab train` prints at its end, a few lines a student can read: what the subject
+/// trackers look at, then a table of what zeroing them does (intact, the trackers zeroed, each
+/// control set zeroed; forced choice, well-formed and agreeing shares side by side), then the
+/// heads that beat their fixed-offset baseline. [`one_line`] says the same in one line.
+pub fn block(report: &SyntaxReport) -> String {
+    let mut s = format!("syntax, measured on {} val sentences:\n", report.sentences);
+    let tracked: Vec<&AgreementScore> = report
+        .tracked
+        .iter()
+        .filter_map(|&h| agreement_of(report, h))
+        .collect();
+    let list = |f: &dyn Fn(&AgreementScore) -> String| {
+        tracked.iter().map(|a| f(a)).collect::<Vec<_>>().join(", ")
+    };
+    let heads = list(&|a| head_name((a.layer, a.head)));
+    let subject = list(&|a| format!("{:.2}", a.subject_mass));
+    let attractor = list(&|a| format!("{:.2}", a.attractor_mass));
+    let (them, their, attend) = if tracked.len() == 1 {
+        ("head", "its", "attends")
+    } else {
+        ("heads", "their", "attend")
+    };
+    if tracked.is_empty() {
+        s += "  no verb with an attractor was scored\n";
+    } else if report.fallback {
+        let _ = writeln!(
+            s,
+            "  no head attends to the verb's subject more than to its attractor at most verbs \
+             (and by {TRACKER_MARGIN} on average)\n  the most: {them} {heads}, subject \
+             {subject} of {their} attention, attractor {attractor}"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "  {them} {heads} {attend} to the verb's subject: {subject} of {their} attention \
+             (the attractor, the nearer noun: {attractor})"
+        );
+    }
+    let intact = report.sweep.first().map(|r| &r.result);
+    if let Some(intact) = intact.filter(|r| r.n > 0) {
+        let pct = |x: f64| {
+            if x.is_finite() {
+                headlab_train::grammar::percent(x)
+            } else {
+                "-".to_string()
+            }
+        };
+        let sampled = report
+            .sweep
+            .first()
+            .and_then(|r| r.sampled)
+            .map_or("none sampled".to_string(), |g| {
+                format!("{} sentences sampled per row", g.sentences)
+            });
+        let _ = writeln!(
+            s,
+            "  zeroing heads ({} verbs whose attractor differs in number; {sampled}):",
+            intact.n
+        );
+        let names: Vec<String> = report
+            .sweep
+            .iter()
+            .map(|row| match row.kind {
+                AblationKind::Intact => "intact".to_string(),
+                AblationKind::Tracked => format!("{} zeroed", heads_name(&row.result.ablated)),
+                AblationKind::Control => {
+                    format!("{} zeroed (control)", heads_name(&row.result.ablated))
+                }
+            })
+            .collect();
+        let w = names.iter().map(String::len).max().unwrap_or(0);
+        let _ = writeln!(
+            s,
+            "    {:<w$} {:>13} {:>11} {:>9}",
+            "", "forced choice", "well-formed", "agreeing"
+        );
+        for (row, name) in report.sweep.iter().zip(&names) {
+            let (formed, agreeing) = row.sampled.map_or(("-".into(), "-".into()), |g| {
+                (pct(g.well_formed), pct(g.agreeing_if_formed()))
+            });
+            let _ = writeln!(
+                s,
+                "    {name:<w$} {:>13.2} {formed:>11} {agreeing:>9}",
+                row.result.accuracy
+            );
+        }
+        s += "    (forced choice: the verb's right form over its wrong one, 0.50 is chance;\n     \
+              agreeing: the share of the well-formed sentences whose verbs agree)\n";
+    }
+    let roles: Vec<String> = report
+        .scores
+        .relations
+        .iter()
+        .filter(|r| has_role(&report.roles, r))
+        .map(|r| {
+            format!(
+                "head {} on {}: {:.2} against {:.2} for the best \"{} back\" rule",
+                head_name((r.layer, r.head)),
+                r.relation,
+                r.accuracy,
+                r.baseline.accuracy,
+                r.baseline.offset
+            )
+        })
+        .collect();
+    if roles.is_empty() {
+        let _ = writeln!(
+            s,
+            "  no head beats its fixed-offset baseline by {ROLE_MARGIN:.2} on any relation"
+        );
+    } else {
+        let _ = writeln!(
+            s,
+            "  beating the fixed-offset baseline by {ROLE_MARGIN:.2}: {}",
+            roles.join("; ")
+        );
+    }
+    s
+}
+
+/// The heads that beat their baseline, and the subject tracker's attention and ablation, in
+/// one line: `syntax.json`'s `line`.
 pub fn one_line(report: &SyntaxReport) -> String {
     let mut roles: Vec<String> = Vec::new();
     for r in &report.scores.relations {

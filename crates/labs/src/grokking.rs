@@ -10,10 +10,10 @@ use std::time::Instant;
 
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use headlab_data::modular::{Example, ModularError, check_modulus, equals_token, split};
+use headlab_data::modular::{Example, check_split, equals_token, split};
 use headlab_kernels::to_host;
 use headlab_model::{Gpt, GptConfig, Positional};
-use headlab_report::plot::{Series, line_chart};
+use headlab_report::plot::{Series, bar_chart, log_chart};
 use headlab_train::optim::{Optimizer, OptimizerConfig};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -63,10 +63,7 @@ impl Default for GrokConfig {
 impl GrokConfig {
     /// Refuses settings the lab cannot train with, naming the flag.
     pub fn check(&self) -> Result<(), LabError> {
-        check_modulus(self.p)?;
-        if !(self.fraction > 0.0 && self.fraction < 1.0) {
-            return Err(ModularError::Fraction(self.fraction).into());
-        }
+        check_split(self.p, self.fraction)?;
         let setting = |flag, value: String, why| Err(LabError::Setting { flag, value, why });
         if self.steps == 0 {
             return setting("--steps", "0".into(), "must be at least 1");
@@ -249,6 +246,9 @@ pub fn grokking(config: &GrokConfig, quiet: bool) -> Result<GrokLab, LabError> {
     let mut points = Vec::new();
     let mut stopped_at = None;
     let started = Instant::now();
+    // In a log (stderr not a terminal), a line every 15 s in place of the bar, as `train`.
+    let mut last_line =
+        (!quiet && !std::io::IsTerminal::is_terminal(&std::io::stderr())).then(Instant::now);
     // From here a stop request ends the loop, measured where it stopped, and the lab writes
     // what it has.
     headlab_train::stop::at_stake();
@@ -272,6 +272,15 @@ pub fn grokking(config: &GrokConfig, quiet: bool) -> Result<GrokLab, LabError> {
                 100.0 * train_acc,
                 100.0 * test_acc
             ));
+            // Checked where it is measured (every evaluation), which costs the loop nothing:
+            // a non-finite step makes the next evaluation non-finite too.
+            if let Some((what, value)) = [("train loss", train_loss), ("test loss", test_loss)]
+                .into_iter()
+                .find(|(_, v)| !v.is_finite())
+            {
+                bar.abandon();
+                return Err(diverged(step, what, value, config.lr));
+            }
             points.push(point);
         }
         if stop {
@@ -284,6 +293,21 @@ pub fn grokking(config: &GrokConfig, quiet: bool) -> Result<GrokLab, LabError> {
         let lp = answer_log_probs(&model, x_train.clone());
         // [n, v] gathered at each answer -> [n, 1]
         let loss = lp.gather(1, targets.clone().reshape([n, 1])).mean().neg();
+        if let (Some(last), Some(q)) = (&mut last_line, points.last())
+            && last.elapsed() >= headlab_train::trainer::progress_line_every()
+        {
+            *last = Instant::now();
+            headlab_train::log_line!(
+                "lab grokking: step {step}/{}: train loss {:.4}, train accuracy {:.0}%, test \
+                 accuracy {:.0}% (measured at step {}), {:.0} s",
+                config.steps,
+                q.train_loss,
+                100.0 * q.train_acc,
+                100.0 * q.test_acc,
+                q.step,
+                started.elapsed().as_secs_f64()
+            );
+        }
         let grads = burn::optim::GradientsParams::from_grads(loss.backward(), &model);
         model = optim.step(model, &grads, config.lr, 1.0);
         bar.inc(1);
@@ -305,6 +329,18 @@ pub fn grokking(config: &GrokConfig, quiet: bool) -> Result<GrokLab, LabError> {
         seconds,
         stopped_at,
     })
+}
+
+/// The error of a loss gone non-finite at `step`.
+fn diverged(step: usize, what: &'static str, value: f64, lr: f64) -> LabError {
+    LabError::Diverged {
+        who: "lab grokking".into(),
+        step,
+        what,
+        value,
+        lr,
+        fix: "Lower --lr (the default is 1e-3) and run it again",
+    }
 }
 
 /// Runs the lab into `out`: grokking.csv, grokking.png, fourier.csv, fourier.png, summary.md.
@@ -331,10 +367,12 @@ pub fn run(out: &Path, config: &GrokConfig, reproduce: &str) -> Result<String, L
         let _ = writeln!(fourier, "{},{s:.6}", k + 1);
     }
     write(&out.join("fourier.csv"), &fourier)?;
-    let log_step = |f: &dyn Fn(&GrokPoint) -> f64| -> Vec<(f64, f64)> {
+    // Step 0 has no place on a log axis: it is in grokking.csv.
+    let by_step = |f: &dyn Fn(&GrokPoint) -> f64| -> Vec<(f64, f64)> {
         lab.points
             .iter()
-            .map(|q| (((q.step + 1) as f64).log10(), f(q)))
+            .filter(|q| q.step > 0)
+            .map(|q| (q.step as f64, f(q)))
             .collect()
     };
     let series = |label: &str, points| Series {
@@ -342,25 +380,25 @@ pub fn run(out: &Path, config: &GrokConfig, reproduce: &str) -> Result<String, L
         points,
         faint: false,
     };
-    line_chart(
+    log_chart(
         &out.join("grokking.png"),
         "a + b mod p: accuracy (memorised first, generalised later)",
-        "log10(step + 1)",
-        "accuracy",
+        ("step (log scale)", "accuracy"),
         &[
-            series("train accuracy", log_step(&|q| q.train_acc)),
-            series("test accuracy", log_step(&|q| q.test_acc)),
+            series("train accuracy", by_step(&|q| q.train_acc)),
+            series("test accuracy", by_step(&|q| q.test_acc)),
         ],
+        false,
     )?;
-    line_chart(
+    log_chart(
         &out.join("loss.png"),
         "a + b mod p: loss of the answer",
-        "log10(step + 1)",
-        "log10(cross-entropy)",
+        ("step (log scale)", "cross-entropy (log scale)"),
         &[
-            series("train loss", log_step(&|q| q.train_loss.max(1e-12).log10())),
-            series("test loss", log_step(&|q| q.test_loss.max(1e-12).log10())),
+            series("train loss", by_step(&|q| q.train_loss)),
+            series("test loss", by_step(&|q| q.test_loss)),
         ],
+        true,
     )?;
     let bars: Vec<(f64, f64)> = lab
         .spectrum
@@ -368,12 +406,11 @@ pub fn run(out: &Path, config: &GrokConfig, reproduce: &str) -> Result<String, L
         .enumerate()
         .map(|(k, s)| ((k + 1) as f64, *s))
         .collect();
-    line_chart(
+    bar_chart(
         &out.join("fourier.png"),
         "token embedding: share of its norm at each frequency k (cos and sin of 2 pi k a / p)",
-        "frequency k",
-        "share",
-        &[series("embedding", bars)],
+        ("frequency k", "share"),
+        &bars,
     )?;
     let summary = write_summary(out, summary(&lab, reproduce))?;
     match lab.stopped_at {

@@ -406,7 +406,7 @@ pub fn summary(lab: &InductionLab, reproduce: &str) -> String {
     let _ = writeln!(
         s,
         "A {}-layer attention-only model (d_model {}, {} heads, {} positions) trained for {} steps \
-         on the built-in induction corpus (random runs over 62 symbols, each written twice), seed {}, in {:.0} s. Layers and heads count from 0: layer 1 is the second layer.\n",
+         on the built-in induction corpus (random runs over 62 symbols, each written twice), seed {}, in {:.0} s. Heads are named layer.head, both counted from 0: head 1.0 is the second layer's first head.\n",
         cfg.model.n_layers,
         cfg.model.d_model,
         cfg.model.n_heads,
@@ -420,12 +420,12 @@ pub fn summary(lab: &InductionLab, reproduce: &str) -> String {
     });
     let _ = writeln!(
         s,
-        "- **induction head**: layer {} head {}, induction score {:.2}{crossed}",
+        "- **induction head**: head {}.{}, induction score {:.2}{crossed}",
         c.induction_head.0, c.induction_head.1, c.induction_score
     );
     let _ = writeln!(
         s,
-        "- **previous-token head**: layer {} head {}, previous-token score {:.2}",
+        "- **previous-token head**: head {}.{}, previous-token score {:.2}",
         c.previous_token_head.0, c.previous_token_head.1, c.previous_token_score
     );
     let _ = writeln!(

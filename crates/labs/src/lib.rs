@@ -142,6 +142,40 @@ pub enum LabError {
         /// The lab's folder.
         out: PathBuf,
     },
+    /// A loss or gradient of one of the lab's runs went non-finite: the lab stops there, as
+    /// `train` does, and writes no summary that could read as a result.
+    #[error(
+        "{who} diverged at step {step}: the {what} is {value} (lr {lr:.3e}); the lab stopped \
+         and wrote no summary. {fix}"
+    )]
+    Diverged {
+        /// The run: `lab grokking`, or `the lab's run OUT/NAME`.
+        who: String,
+        /// The step.
+        step: usize,
+        /// `train loss`, `test loss` (grokking), `loss` or `gradient norm`.
+        what: &'static str,
+        /// The value.
+        value: f64,
+        /// The learning rate at that step.
+        lr: f64,
+        /// What to change.
+        fix: &'static str,
+    },
+    /// The disk filled up under one of the lab's runs (its partial checkpoint removed).
+    #[error(
+        "the disk holding {} is full ({cause}). The lab's finished runs and this run's last \
+         checkpoint are kept; free some space, then continue the lab with: {resume}",
+        .run.display()
+    )]
+    DiskFull {
+        /// The run.
+        run: PathBuf,
+        /// What could not be written.
+        cause: String,
+        /// The command that continues the lab.
+        resume: String,
+    },
     /// `lab ambiguity` found no sentence to measure.
     #[error(
         "no ambiguous sentence fits the model's context with \"with\" and \"and\" as one token \
@@ -323,6 +357,7 @@ fn train_run_with(
             resume_sets: Vec::new(),
             print_sample: false,
             init,
+            name_in_progress: true,
         };
         let mut observers = (runs.observers)();
         observers.extend(own);
@@ -339,6 +374,31 @@ fn train_run_with(
             }
             Ok(_) => {}
             Err(TrainError::Interrupted { step, run }) => return Err(interrupted(step, run)),
+            Err(TrainError::Diverged {
+                step,
+                what,
+                value,
+                lr,
+                ..
+            }) => {
+                return Err(LabError::Diverged {
+                    who: format!("the lab's run {}", dir.display()),
+                    step,
+                    what,
+                    value,
+                    lr,
+                    fix: "Lower its learning rate (--set train.lr=...) or raise \
+                          train.warmup_iters, and start the lab again with --force",
+                });
+            }
+            // The lab continues the run, with its own observers: say the lab's command.
+            Err(TrainError::DiskFull { run, cause, .. }) => {
+                return Err(LabError::DiskFull {
+                    run,
+                    cause,
+                    resume: runs.resume_command.to_string(),
+                });
+            }
             Err(e) => return Err(e.into()),
         }
     }

@@ -33,7 +33,7 @@ const grid = document.getElementById('grid'), px = Math.max(2, Math.floor(160 / 
 for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
   const p = document.createElement('div'); p.className = 'panel'; p.dataset.layer = l; p.dataset.head = h;
   const r = row(l, h); const cap = document.createElement('div');
-  cap.textContent = `L${l} H${h}` + (r ? ` ${r.label}` : '') + (r && (r.roles || []).length ? ` (${r.roles.join(', ')})` : ''); p.appendChild(cap);
+  cap.textContent = `${l}.${h}` + (r ? ` ${r.label}` : '') + (r && (r.roles || []).length ? ` (${r.roles.join(', ')})` : ''); p.appendChild(cap);
   const c = document.createElement('canvas'); c.width = c.height = T * px; p.appendChild(c);
   const g = c.getContext('2d'), a = D.maps.weights[l][h]; let cells = 0;
   for (let i = 0; i < T; i++) for (let j = 0; j < T; j++) {
@@ -42,9 +42,14 @@ for (let l = 0; l < L; l++) for (let h = 0; h < H; h++) {
 }
 const cols = ['layer', 'head', 'label', 'previous_token', 'induction', 'duplicate_token', 'first_token', 'mean_distance', 'entropy', 'ablation_zero', 'ablation_mean', 'grad_importance', 'copying', 'ov_top1', 'roles'];
 const tbl = document.getElementById('table');
-tbl.innerHTML = '<tr>' + cols.map(c => `<th>${c}</th>`).join('') + '</tr>';
+// Headers wrap at their underscores (the CSV's names, spaced), so the table fits the page.
+tbl.innerHTML = '<tr>' + cols.map(c => `<th title="${c}">${c.replace(/_/g, ' ')}</th>`).join('') + '</tr>';
+// One format per column: the layer and head as whole numbers, every score to 3 decimals (0.000,
+// not 0), an undefined score (null: 0/0) as a dash.
+const cell = (c, v) => v === null || v === undefined ? '–' : Array.isArray(v) ? v.join(', ')
+  : typeof v === 'number' && c !== 'layer' && c !== 'head' ? v.toFixed(3) : v;
 for (const r of D.rows) { const tr = tbl.insertRow(); tr.dataset.layer = r.layer; tr.dataset.head = r.head;
-  tr.innerHTML = cols.map(c => `<td>${r[c] === null || r[c] === undefined ? '–' : Array.isArray(r[c]) ? r[c].join(', ') : typeof r[c] === 'number' && !Number.isInteger(r[c]) ? r[c].toFixed(3) : r[c]}</td>`).join('');
+  tr.innerHTML = cols.map(c => `<td class="${c}">${cell(c, r[c])}</td>`).join('');
   tr.onclick = () => pick(r.layer, r.head); }
 if (L) pick(0, 0);
 document.body.dataset.ready = '1';

@@ -26,7 +26,7 @@ function el(tag, cls, text) {
 // A number with `d` decimals, or an en dash for null / not a finite number.
 const fmt = (v, d = 3) => (typeof v === 'number' && Number.isFinite(v) ? v.toFixed(d) : '–');
 const nice = name => name.replace(/_/g, ' ');
-const headName = idx => `L${Math.floor(idx / NH)}H${idx % NH}`;
+const headName = idx => `${Math.floor(idx / NH)}.${idx % NH}`;
 const headColor = idx => PALETTE[idx % PALETTE.length];
 const headDash = idx => (Math.floor(idx / PALETTE.length) % 2 ? [6, 3] : []);
 const selIdx = () => S.layer * NH + S.head;
@@ -126,13 +126,13 @@ function buildGrid() {
   for (let l = 0; l < D.n_layers; l++) {
     grid.appendChild(el('div', 'grid-layer', `layer ${l}`));
     for (let h = 0; h < NH; h++) {
-      const p = el('div', 'panel'), cap = el('div', 'cap', `L${l} H${h}`), row = tableRow(l, h);
+      const p = el('div', 'panel'), cap = el('div', 'cap', `${l}.${h}`), row = tableRow(l, h);
       p.dataset.layer = l; p.dataset.head = h;
       p.style.width = `${Math.max(T * PX, 222) + 2}px`;
       if (row && row.label) cap.appendChild(el('span', 'label', row.label));
       const cv = el('canvas', 'map');
       cv.width = cv.height = T * PX;
-      cv.title = `L${l} H${h}: query down, key across`;
+      cv.title = `${l}.${h}: query down, key across`;
       p.append(cap, el('div', 'top-score'), cv);
       p.addEventListener('click', () => select(l, h));
       grid.appendChild(p);
@@ -595,7 +595,7 @@ function buildSyntax() {
     const tr = body.insertRow(), name = `${a.layer}.${a.head}`;
     tr.dataset.layer = a.layer; tr.dataset.head = a.head;
     const tracked = (X.tracked || []).includes(name);
-    tr.append(el('td', 'txt', `L${a.layer} H${a.head}${tracked ? ' (subject tracker)' : ''}`),
+    tr.append(el('td', 'txt', `${a.layer}.${a.head}${tracked ? ' (subject tracker)' : ''}`),
       el('td', '', fmt(a.subject_mass, 2)), el('td', '', fmt(a.attractor_mass, 2)));
     const roles = (X.roles.find(o => o.layer === a.layer && o.head === a.head) || { roles: [] }).roles;
     rels.forEach(r => {
@@ -637,7 +637,7 @@ function buildTable() {
   for (const r of TABLE) {
     const tr = body.insertRow();
     tr.dataset.layer = r.layer; tr.dataset.head = r.head;
-    tr.append(el('td', 'txt', `L${r.layer} H${r.head}`), el('td', 'txt', r.label || ''));
+    tr.append(el('td', 'txt', `${r.layer}.${r.head}`), el('td', 'txt', r.label || ''));
     if (roles) tr.appendChild(el('td', 'txt', (r.roles || []).join(', ')));
     cols.forEach(c => tr.appendChild(el('td', '', fmt(r[c]))));
     tr.addEventListener('click', () => select(r.layer, r.head));
@@ -716,7 +716,7 @@ function select(l, h) {
   document.querySelectorAll('#grid .panel, #head-table tr[data-layer], #legend .leg').forEach(e => e.classList.toggle('sel', mine(e)));
   const sh = $('selected-head'), row = tableRow(l, h);
   sh.textContent = 'selected head ';
-  sh.append(el('b', '', `L${l} H${h}`), row && row.label ? ` (${row.label})` : '');
+  sh.append(el('b', '', `${l}.${h}`), row && row.label ? ` (${row.label})` : '');
   if (STEPS.length) { drawCharts(); shadeTokens(); }
 }
 

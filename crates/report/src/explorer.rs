@@ -47,7 +47,7 @@ pub fn maps_png(path: &Path, maps: &AttentionMaps, rows: &[HeadRow]) -> Result<(
                 .find(|r| r.scores.layer == l && r.scores.head == h)
                 .map_or(String::new(), |r| format!(" ({})", r.label));
             root.draw(&Text::new(
-                format!("layer {l} head {h}{label}"),
+                format!("head {l}.{h}{label}"),
                 (x0 + label_w, y0 + 10),
                 ("sans-serif", 15).into_font(),
             ))

@@ -111,8 +111,13 @@ pub fn to_csv(rows: &[HeadRow]) -> String {
     out.push_str(",roles\n");
     for r in rows {
         out += &format!("{},{},{}", r.scores.layer, r.scores.head, r.label);
+        // An undefined score (0/0: a head that writes nothing) is an empty cell, not NaN.
         for ((.., decimals, _), v) in COLUMNS.iter().zip(values(r)) {
-            out += &format!(",{v:.decimals$}");
+            if v.is_finite() {
+                out += &format!(",{v:.decimals$}");
+            } else {
+                out.push(',');
+            }
         }
         out += &format!(",{}\n", r.roles.join(";"));
     }
@@ -121,6 +126,7 @@ pub fn to_csv(rows: &[HeadRow]) -> String {
 
 /// The table for a terminal.
 pub fn to_table(rows: &[HeadRow]) -> String {
+    let mut undefined = false;
     let mut out = format!("{:>5} {:>4}  {:<14}", "layer", "head", "label");
     for (_, short, width, ..) in COLUMNS {
         out += &format!(" {short:>width$}");
@@ -134,15 +140,29 @@ pub fn to_table(rows: &[HeadRow]) -> String {
             r.label.to_string()
         );
         for ((_, _, width, _, decimals), v) in COLUMNS.iter().zip(values(r)) {
-            out += &format!(" {v:>width$.decimals$}");
+            if v.is_finite() {
+                out += &format!(" {v:>width$.decimals$}");
+            } else {
+                undefined = true;
+                out += &format!(" {UNDEFINED:>width$}");
+            }
         }
         if !r.roles.is_empty() {
             out += &format!("  {}", r.roles.join(", "));
         }
         out.push('\n');
     }
+    if undefined {
+        out += &format!(
+            "{UNDEFINED}: undefined (0/0): the head writes nothing this score can measure, as \
+             when its output is zero\n"
+        );
+    }
     out
 }
+
+/// What the terminal table prints for a score that is not a number.
+const UNDEFINED: &str = "undef";
 
 #[cfg(test)]
 mod tests {
@@ -190,6 +210,22 @@ mod tests {
         let mut two = row();
         two.roles = vec!["subject".into(), "determiner".into()];
         assert!(to_csv(&[two]).ends_with(",0.0625,subject;determiner\n"));
+    }
+
+    /// A 0/0 score (a head whose output is zero) reads as undefined, never NaN.
+    #[test]
+    fn an_undefined_score_is_said_so_not_nan() {
+        let mut r = row();
+        r.copying = f64::NAN;
+        let table = to_table(&[r.clone(), row()]);
+        assert!(!table.contains("NaN"), "{table}");
+        let first = table.lines().nth(1).unwrap();
+        assert!(first.contains("  undef "), "{table}");
+        assert!(table.contains("undef: undefined (0/0)"), "{table}");
+        assert!(!to_table(&[row()]).contains("undef"));
+        let csv = to_csv(&[r]);
+        assert!(!csv.contains("NaN"), "{csv}");
+        assert!(csv.contains(",1.50000,,0.0625,"), "{csv}");
     }
 
     #[test]

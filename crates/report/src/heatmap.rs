@@ -54,11 +54,28 @@ const BAR_W: i32 = 18;
 /// The values the colour bar labels (on the square-root scale most of the bar is small values).
 const BAR_TICKS: [f64; 5] = [0.0, 0.1, 0.25, 0.5, 1.0];
 
-/// The picture's size for `n_rows` x `n_cols` cells: the grid, its labels and the colour bar.
-fn size(n_rows: i32, n_cols: i32) -> (u32, u32) {
+/// The height of the column labels below the grid: they are drawn turned a quarter, so as
+/// tall as the longest is long (about 9 pixels a character at 15 px), and the x axis's title.
+fn below_height(columns: &[String]) -> i32 {
+    let longest = columns.iter().map(|c| c.chars().count()).max().unwrap_or(1) as i32;
+    6 + 9 * longest.max(1) + 8 + X_TITLE_H
+}
+
+/// The x axis title's band.
+const X_TITLE_H: i32 = 20;
+
+/// The colour bar is as tall as the grid, and at least this many cells (room for its ticks).
+const BAR_CELLS: i32 = 3;
+
+/// The picture's size for `n_rows` rows and `columns`: the grid with its labels and title
+/// below it, and the colour bar (at least [`BAR_CELLS`] cells tall) beside it; no band is left
+/// empty.
+fn size(n_rows: i32, columns: &[String]) -> (u32, u32) {
+    let n_cols = columns.len() as i32;
+    let grid = CELL * n_rows + below_height(columns);
     (
         (LABEL_W + CELL * n_cols + 24 + BAR_W + 50).max(420) as u32,
-        (TOP + CELL * n_rows.max(4) + 90) as u32,
+        (TOP + grid.max(CELL * n_rows.max(BAR_CELLS) + 20) + 4) as u32,
     )
 }
 
@@ -68,22 +85,22 @@ fn size(n_rows: i32, n_cols: i32) -> (u32, u32) {
 /// white, whichever contrasts more with the cell.
 pub fn heatmap_png(
     path: &Path,
-    title: &str,
+    (title, x_title): (&str, &str),
     rows: &[String],
     columns: &[String],
     values: &[f64],
     cells: &[String],
 ) -> Result<(), ReportError> {
-    let root =
-        BitMapBackend::new(path, size(rows.len() as i32, columns.len() as i32)).into_drawing_area();
-    draw(&root, title, rows, columns, values, cells).map_err(|e| ReportError::draw(path, &e))?;
+    let root = BitMapBackend::new(path, size(rows.len() as i32, columns)).into_drawing_area();
+    draw(&root, (title, x_title), rows, columns, values, cells)
+        .map_err(|e| ReportError::draw(path, &e))?;
     root.present().map_err(|e| ReportError::draw(path, &e))
 }
 
 /// [`heatmap_png`]'s drawing, on any bitmap area.
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
-    title: &str,
+    (title, x_title): (&str, &str),
     rows: &[String],
     columns: &[String],
     values: &[f64],
@@ -123,8 +140,19 @@ fn draw<DB: DrawingBackend>(
         let x = LABEL_W + c as i32 * CELL + CELL / 2 + 8;
         root.draw(&Text::new(column.clone(), (x, below), style.clone()))?;
     }
-    // The colour bar: 1 at the top, 0 at the bottom, as tall as the grid (at least 4 cells).
-    let (x0, y0, h) = (LABEL_W + n_cols * CELL + 24, TOP, CELL * n_rows.max(4));
+    let title_y = TOP + n_rows * CELL + below_height(columns) - X_TITLE_H + 2;
+    root.draw(&Text::new(
+        x_title.to_string(),
+        (LABEL_W, title_y),
+        ("sans-serif", 15).into_font(),
+    ))?;
+    // The colour bar: 1 at the top, 0 at the bottom, as tall as the grid (at least
+    // BAR_CELLS cells).
+    let (x0, y0, h) = (
+        LABEL_W + n_cols * CELL + 24,
+        TOP,
+        CELL * n_rows.max(BAR_CELLS),
+    );
     let at = |v: f64| y0 + ((1.0 - v.sqrt()) * f64::from(h)).round() as i32;
     for y in y0..y0 + h {
         let v = (1.0 - f64::from(y - y0) / f64::from(h)).powi(2);
@@ -176,12 +204,12 @@ mod tests {
     #[test]
     fn the_heatmap_has_large_cells_and_a_colour_bar() {
         let (rows, cols) = (vec!["a".to_string(), "b".into()], vec!["x".to_string(); 3]);
-        let (w, h) = size(2, 3);
+        let (w, h) = size(2, &cols);
         let mut buf = vec![0u8; (w * h * 3) as usize];
         {
             let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
             let values = [0.0, 0.5, 1.0, 1.0, 0.0, 0.25];
-            draw(&root, "t", &rows, &cols, &values, &[]).unwrap();
+            draw(&root, ("t", "x"), &rows, &cols, &values, &[]).unwrap();
             root.present().unwrap();
         }
         let pixel = |x: i32, y: i32| {
@@ -194,8 +222,41 @@ mod tests {
         assert_eq!(pixel(cx + CELL - 2, cy + 20), shade(1.0));
         let bar = LABEL_W + 3 * CELL + 24 + BAR_W / 2;
         assert!(luminance(pixel(bar, TOP + 1)) < luminance(shade(0.95)));
-        assert!(luminance(pixel(bar, TOP + 4 * CELL - 2)) > 0.95);
+        assert!(luminance(pixel(bar, TOP + BAR_CELLS * CELL - 2)) > 0.95);
         let mid = pixel(bar, TOP + 2 * CELL);
         assert!(mid != WHITE && mid != shade(1.0), "{mid:?}");
+    }
+
+    /// The picture ends where its content does: below the grid come the column labels (as
+    /// tall as the longest), the x axis's title, and nothing more. (A three-row lens of
+    /// one-letter columns was a third blank at the bottom, with no axis title.)
+    #[test]
+    fn the_heatmap_leaves_no_blank_band_and_titles_its_x_axis() {
+        let rows: Vec<String> = ["0_pre", "1_pre", "final"].map(String::from).to_vec();
+        let cols: Vec<String> = "the dogs".chars().map(String::from).collect();
+        let (w, h) = size(3, &cols);
+        let mut buf = vec![255u8; (w * h * 3) as usize];
+        {
+            let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
+            let values = vec![0.5; 3 * cols.len()];
+            draw(&root, ("t", "the next token"), &rows, &cols, &values, &[]).unwrap();
+            root.present().unwrap();
+        }
+        let inked = |y: u32| {
+            (0..LABEL_W as u32 + CELL as u32 * cols.len() as u32).any(|x| {
+                let i = ((y * w + x) * 3) as usize;
+                buf[i] < 128
+            })
+        };
+        // The last row with ink under the grid is the title's, within 12 px of the bottom.
+        let last = (0..h).rev().find(|&y| inked(y)).unwrap();
+        assert!(
+            h - last <= 16,
+            "{} blank rows at the bottom of {h}",
+            h - last
+        );
+        let grid_end = (TOP + 3 * CELL) as u32;
+        let title_rows = (grid_end + 20..h).filter(|&y| inked(y)).count();
+        assert!(title_rows >= 8, "no x axis title under the labels");
     }
 }

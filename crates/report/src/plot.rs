@@ -170,3 +170,337 @@ pub fn line_chart_styled(
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }
+
+/// Whether `v` is a whole power of ten (1, 10, 100, 0.1, ...), up to float error.
+fn power_of_ten(v: f64) -> bool {
+    v > 0.0 && (v.log10() - v.log10().round()).abs() < 1e-9
+}
+
+/// A log axis's tick label: the powers of ten only (the lines between stay unlabelled).
+fn log_tick(v: f64) -> String {
+    if power_of_ten(v) {
+        tick(v)
+    } else {
+        String::new()
+    }
+}
+
+/// [`line_chart`] on a log x axis (points at x <= 0 are left out: give steps from 1), and a
+/// log y axis too with `log_y` (points at y <= 0 left out), ticks at the powers of ten.
+pub fn log_chart(
+    path: &Path,
+    title: &str,
+    labels: (&str, &str),
+    series: &[Series],
+    log_y: bool,
+) -> Result<(), ReportError> {
+    let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| ReportError::draw(path, e);
+    draw_log(&root, title, labels, series, log_y).map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
+}
+
+/// The whole decades around `lo..hi` (both > 0): 1, 10, 100 ... are all on the axis.
+fn decades(lo: f64, hi: f64) -> (f64, f64) {
+    let (a, b) = (lo.log10().floor(), hi.log10().ceil());
+    (10f64.powf(a), 10f64.powf(b.max(a + 1.0)))
+}
+
+/// [`log_chart`]'s drawing, on any backend.
+fn draw_log<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    (x_label, y_label): (&str, &str),
+    series: &[Series],
+    log_y: bool,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    ensure_font();
+    let kept = |p: &&(f64, f64)| p.0 > 0.0 && p.1.is_finite() && (!log_y || p.1 > 0.0);
+    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    for &(x, y) in series.iter().flat_map(|s| s.points.iter()).filter(kept) {
+        x0 = x0.min(x);
+        x1 = x1.max(x);
+        y0 = y0.min(y);
+        y1 = y1.max(y);
+    }
+    if x0 > x1 {
+        (x0, x1, y0, y1) = (1.0, 10.0, 0.1, 1.0);
+    }
+    let (x0, x1) = decades(x0, x1);
+    root.fill(&WHITE)?;
+    let styled: Vec<(Series, Style)> = series
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (s.clone(), Style::nth(i)))
+        .collect();
+    if log_y {
+        let (y0, y1) = decades(y0, y1);
+        let mut chart = chart_builder(root, title)
+            .build_cartesian_2d((x0..x1).log_scale(), (y0..y1).log_scale())?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .label_style(("sans-serif", 14))
+            .x_label_formatter(&|x| log_tick(*x))
+            .y_label_formatter(&|y| log_tick(*y))
+            .draw()?;
+        draw_lines(&mut chart, &styled, &kept)
+    } else {
+        let pad = ((y1 - y0) * 0.05).max(1e-6);
+        let mut chart = chart_builder(root, title)
+            .build_cartesian_2d((x0..x1).log_scale(), (y0 - pad)..(y1 + pad))?;
+        chart
+            .configure_mesh()
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .label_style(("sans-serif", 14))
+            .x_label_formatter(&|x| log_tick(*x))
+            .draw()?;
+        draw_lines(&mut chart, &styled, &kept)
+    }
+}
+
+/// A chart's frame: title, margins and room for the axes' labels.
+fn chart_builder<'a, 'b, DB: DrawingBackend>(
+    root: &'a DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+) -> ChartBuilder<'a, 'b, DB> {
+    let mut b = ChartBuilder::on(root);
+    b.caption(title, ("sans-serif", 22))
+        .margin(12)
+        .margin_right(28)
+        .x_label_area_size(44)
+        .y_label_area_size(64);
+    b
+}
+
+/// The lines and the legend of a chart whose axes are set up, points filtered by `kept`.
+fn draw_lines<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    series: &[(Series, Style)],
+    kept: &dyn Fn(&&(f64, f64)) -> bool,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate<From = (f64, f64)>,
+{
+    for (s, look) in series {
+        let color = look.color;
+        let style = if s.faint {
+            color.mix(0.35).stroke_width(1)
+        } else {
+            color.stroke_width(2)
+        };
+        let points: Vec<(f64, f64)> = s.points.iter().filter(|p| kept(p)).copied().collect();
+        let size = if look.markers { 5 } else { 0 };
+        chart
+            .draw_series(LineSeries::new(points, style).point_size(size))?
+            .label(s.label.clone())
+            .legend(move |(x, y)| {
+                EmptyElement::at((x, y))
+                    + PathElement::new(vec![(0, 0), (18, 0)], style)
+                    + Circle::new((9, 0), size, color.filled())
+            });
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 14))
+        .draw()
+}
+
+/// A bar per `(x, height)` (discrete values such as frequencies), each `0.8` wide, into a PNG
+/// at `path`; the x ticks are the bars' whole-number positions.
+pub fn bar_chart(
+    path: &Path,
+    title: &str,
+    labels: (&str, &str),
+    bars: &[(f64, f64)],
+) -> Result<(), ReportError> {
+    let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
+    let err = |e: &dyn std::fmt::Display| ReportError::draw(path, e);
+    draw_bars(&root, title, labels, bars).map_err(|e| err(&e))?;
+    root.present().map_err(|e| err(&e))
+}
+
+/// [`bar_chart`]'s drawing, on any backend.
+fn draw_bars<DB: DrawingBackend>(
+    root: &DrawingArea<DB, plotters::coord::Shift>,
+    title: &str,
+    (x_label, y_label): (&str, &str),
+    bars: &[(f64, f64)],
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    ensure_font();
+    let x0 = bars.iter().map(|b| b.0).fold(f64::MAX, f64::min).min(1.0) - 0.6;
+    let x1 = bars
+        .iter()
+        .map(|b| b.0)
+        .fold(f64::MIN, f64::max)
+        .max(x0 + 1.6)
+        + 0.6;
+    let y1 = bars
+        .iter()
+        .map(|b| b.1)
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max)
+        .max(1e-6)
+        * 1.05;
+    root.fill(&WHITE)?;
+    let mut chart = chart_builder(root, title).build_cartesian_2d(x0..x1, 0.0..y1)?;
+    chart
+        .configure_mesh()
+        .disable_x_mesh()
+        .x_desc(x_label)
+        .y_desc(y_label)
+        .label_style(("sans-serif", 14))
+        .x_label_formatter(&|x| {
+            if x.fract() == 0.0 {
+                tick(*x)
+            } else {
+                String::new()
+            }
+        })
+        .draw()?;
+    chart.draw_series(
+        bars.iter()
+            .filter(|b| b.1.is_finite())
+            .map(|&(x, h)| Rectangle::new([(x - 0.4, 0.0), (x + 0.4, h)], PALETTE[0].filled())),
+    )?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use plotters::prelude::*;
+    use plotters_backend::{
+        BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind,
+    };
+
+    use super::*;
+
+    /// What a [`Recorder`] saw: the texts drawn (with where) and the filled rectangles.
+    #[derive(Default)]
+    struct Log {
+        texts: Vec<(String, BackendCoord)>,
+        filled: Vec<(BackendCoord, BackendCoord)>,
+    }
+
+    /// A backend that keeps a [`Log`] in place of pixels, so a test reads a chart's ticks and
+    /// bars.
+    #[derive(Default)]
+    struct Recorder(std::rc::Rc<std::cell::RefCell<Log>>);
+
+    impl DrawingBackend for Recorder {
+        type ErrorType = std::fmt::Error;
+        fn get_size(&self) -> (u32, u32) {
+            (900, 560)
+        }
+        fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+            Ok(())
+        }
+        fn present(&mut self) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+            Ok(())
+        }
+        fn draw_pixel(
+            &mut self,
+            _: BackendCoord,
+            _: BackendColor,
+        ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+            Ok(())
+        }
+        fn draw_rect<S: BackendStyle>(
+            &mut self,
+            a: BackendCoord,
+            b: BackendCoord,
+            style: &S,
+            fill: bool,
+        ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+            if fill && style.color().rgb != (255, 255, 255) {
+                self.0.borrow_mut().filled.push((a, b));
+            }
+            Ok(())
+        }
+        fn draw_text<S: BackendTextStyle>(
+            &mut self,
+            text: &str,
+            _: &S,
+            pos: BackendCoord,
+        ) -> Result<(), DrawingErrorKind<Self::ErrorType>> {
+            self.0.borrow_mut().texts.push((text.to_string(), pos));
+            Ok(())
+        }
+        fn estimate_text_size<S: BackendTextStyle>(
+            &self,
+            text: &str,
+            _: &S,
+        ) -> Result<(u32, u32), DrawingErrorKind<Self::ErrorType>> {
+            Ok((7 * text.len() as u32, 14))
+        }
+    }
+
+    /// A step axis on a log scale, as `lab grokking` draws it: ticks labelled 1, 10, 100 and
+    /// 1000, one decade apart at equal distances, nothing between them labelled, and the
+    /// axis titled in steps (it read "log10(step + 1)" under ticks 0 to 3).
+    #[test]
+    fn a_log_axis_ticks_whole_decades_of_steps() {
+        let rec = Recorder::default();
+        let log = rec.0.clone();
+        {
+            let root = rec.into_drawing_area();
+            let points: Vec<(f64, f64)> = (1..=2000).map(|s| (s as f64, 1.0 / s as f64)).collect();
+            let series = [Series {
+                label: "loss".into(),
+                points,
+                faint: false,
+            }];
+            draw_log(&root, "t", ("step (log scale)", "loss"), &series, true).unwrap();
+        }
+        let log = log.borrow();
+        let at = |label: &str| -> Vec<i32> {
+            log.texts
+                .iter()
+                .filter(|(t, _)| t == label)
+                .map(|(_, p)| p.0)
+                .collect()
+        };
+        let xs: Vec<i32> = ["1", "10", "100", "1000", "10000"]
+            .iter()
+            .map(|l| *at(l).iter().max().unwrap_or_else(|| panic!("no tick {l}")))
+            .collect();
+        let gaps: Vec<i32> = xs.windows(2).map(|w| w[1] - w[0]).collect();
+        assert!(
+            gaps.iter().all(|g| (g - gaps[0]).abs() <= 2 && *g > 50),
+            "{xs:?}"
+        );
+        assert!(log.texts.iter().any(|(t, _)| t == "step (log scale)"));
+        assert!(
+            !log.texts
+                .iter()
+                .any(|(t, _)| t.contains("log10") || t == "2" || t == "50")
+        );
+    }
+
+    /// Discrete frequencies are bars, one per value, apart from each other (a line joined
+    /// them as if the spectrum were continuous).
+    #[test]
+    fn a_bar_chart_draws_one_separate_bar_per_value() {
+        let rec = Recorder::default();
+        let log = rec.0.clone();
+        {
+            let root = rec.into_drawing_area();
+            let bars = [(1.0, 0.5), (2.0, 0.0), (3.0, 0.25), (4.0, 0.1)];
+            draw_bars(&root, "t", ("frequency k", "share"), &bars).unwrap();
+        }
+        // The background is white; the rest filled is the bars (the zero one is flat).
+        let mut bars: Vec<_> = log.borrow().filled.clone();
+        bars.sort_by_key(|(a, _)| a.0);
+        assert_eq!(bars.len(), 4, "{bars:?}");
+        for w in bars.windows(2) {
+            assert!(w[0].1.0 < w[1].0.0, "bars touch: {bars:?}");
+        }
+        let heights: Vec<i32> = bars.iter().map(|(a, b)| (b.1 - a.1).abs()).collect();
+        assert!(heights[0] > heights[2] && heights[2] > heights[3] && heights[3] > heights[1]);
+    }
+}

@@ -160,10 +160,11 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
             "imported weights, never trained here: {} fine-tunes them on your text",
             shell_with("train --resume", "--set data.path=FILE")
         ));
-    } else if let Some(pid) = run.training_pid() {
+    } else if let Some(holder) = run.training_pid() {
         notes.push(format!(
-            "the run is still training (process {pid}): this page shows it as its last \
+            "the run is still training ({}): this page shows it as its last \
              checkpoint left it, at step {step} of {}; training redraws the page when it ends",
+            headlab_train::run::holder_name(holder),
             config.train.max_iters
         ));
     } else if !finished {

@@ -69,7 +69,7 @@ pub fn history_png(history: &HeadHistory, path: &Path) -> Result<(), ReportError
                 color.stroke_width(2),
             ))
             .map_err(|e| err(&e))?
-            .label(format!("L{layer} H{head}"))
+            .label(format!("{layer}.{head}"))
             .legend(move |(x, y)| {
                 PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
             });

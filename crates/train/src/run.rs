@@ -93,47 +93,167 @@ pub struct RunResult {
     pub block_size: usize,
 }
 
-/// While a run trains, or a lab runs in its folder: that process's id ([`mark_training`]).
-pub const TRAINING_FILE: &str = ".training";
+/// The mark of a run, or of a lab's folder, that a process is using: `.NAME.training` beside
+/// `dir`, holding that process's id under an exclusive file lock ([`mark_training`]). It lives
+/// beside the folder, not in it, so that `--force` can replace the folder while the mark holds.
+/// A folder named only by `.` (or `x/..`) is named by its real path's last component.
+pub fn mark_path(dir: &Path) -> PathBuf {
+    if dir.file_name().is_none()
+        && let Ok(real) = fs::canonicalize(dir)
+        && real.file_name().is_some()
+    {
+        return sibling(&real, "training");
+    }
+    sibling(dir, "training")
+}
 
-/// Removes `DIR/.training` when dropped: training (or the lab) ended, one way or another (a
-/// killed process leaves it behind, and [`marked_pid`] sees that its process is gone).
+/// Holds the mark of [`mark_training`]; dropped, it removes the mark and releases its lock:
+/// training (or the lab) ended, one way or another. A killed process leaves the file behind,
+/// unlocked, and the next [`mark_training`] takes it over.
 #[derive(Debug)]
 pub struct TrainingMark {
     path: PathBuf,
+    file: fs::File,
+}
+
+impl TrainingMark {
+    /// The mark's file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 impl Drop for TrainingMark {
     fn drop(&mut self) {
-        let _ = fs::remove_file(&self.path);
+        // Removed while still locked (and only if the path is still this file): a process
+        // that opened it meanwhile finds, once it holds the lock, that the path names
+        // another file or none, and opens again.
+        if same_file(&self.file, &self.path) {
+            let _ = fs::remove_file(&self.path);
+        }
+        let _ = self.file.unlock();
     }
 }
+
+/// How long [`mark_training`] keeps trying a mark that is locked: a reader
+/// ([`mark_holder`]) holds it for an instant, a process that trains for the whole run.
+const MARK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(300);
 
 /// Marks `dir` (a run, or a lab's folder) as in use by this process until the mark is
-/// dropped: `dir/.training` holds the process id.
+/// dropped, in one atomic step: the exclusive lock on [`mark_path`] is taken or refused
+/// ([`RunError::InUse`], naming the process that holds it). The lock ends with the process,
+/// so a mark left by a killed process never blocks. `dir`'s parent is created if missing.
 pub fn mark_training(dir: &Path) -> Result<TrainingMark, RunError> {
-    let path = dir.join(TRAINING_FILE);
-    fs::write(&path, format!("{}\n", std::process::id())).map_err(io(&path))?;
-    Ok(TrainingMark { path })
+    let path = mark_path(dir);
+    let parent = parent_of(&path);
+    fs::create_dir_all(&parent).map_err(io(&parent))?;
+    let started = std::time::Instant::now();
+    loop {
+        let mut file = fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(io(&path))?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) if started.elapsed() < MARK_PATIENCE => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                continue;
+            }
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(RunError::InUse {
+                    dir: dir.to_path_buf(),
+                    pid: read_pid(&mut file),
+                });
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
+        }
+        if !same_file(&file, &path) {
+            // The holder removed it as we opened it: take the mark anew.
+            continue;
+        }
+        use std::io::{Seek, Write};
+        file.set_len(0).map_err(io(&path))?;
+        file.rewind().map_err(io(&path))?;
+        writeln!(file, "{}", std::process::id()).map_err(io(&path))?;
+        return Ok(TrainingMark { path, file });
+    }
 }
 
-/// The other process whose mark `dir/.training` holds, while it runs. A mark left by a killed
-/// process is ignored where `/proc` tells which processes are alive (elsewhere the mark is
-/// taken at its word), and so is one of this process's own id (a reused id).
-pub fn marked_pid(dir: &Path) -> Option<u32> {
-    let text = fs::read_to_string(dir.join(TRAINING_FILE)).ok()?;
-    let pid: u32 = text.trim().parse().ok()?;
-    if pid == std::process::id() {
-        return None;
-    }
+/// The process id a locked mark holds. Its holder writes it just after taking the lock,
+/// over whatever a killed process left there, so a reader that comes in between waits for
+/// an id of a live process (where `/proc` tells; a second at most).
+fn read_pid(file: &mut fs::File) -> Option<u32> {
+    use std::io::{Read, Seek};
     let proc = Path::new("/proc");
-    if !proc.is_dir() {
-        return Some(pid);
+    let alive = |pid: u32| !proc.is_dir() || proc.join(pid.to_string()).exists();
+    for _ in 0..200 {
+        let mut text = String::new();
+        if file.rewind().is_ok()
+            && file.read_to_string(&mut text).is_ok()
+            && let Ok(pid) = text.trim().parse()
+            && alive(pid)
+        {
+            return Some(pid);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
-    let cmdline = fs::read(proc.join(pid.to_string()).join("cmdline")).ok()?;
-    String::from_utf8_lossy(&cmdline)
-        .contains("headlab")
-        .then_some(pid)
+    None
+}
+
+/// Whether `path` still names the open `file` (not removed or replaced since it was opened).
+fn same_file(file: &fs::File, path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (file.metadata(), fs::metadata(path)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        path.exists()
+    }
+}
+
+/// Who holds a mark: its process id, `None` where it could not be read.
+pub type Holder = Option<u32>;
+
+/// The other process that holds `dir`'s mark now ([`mark_training`]). A mark left by a killed
+/// process holds no lock and names nobody; this process's own (a lab's, while it trains a run
+/// in its folder) is no other process's.
+pub fn mark_holder(dir: &Path) -> Option<Holder> {
+    let path = mark_path(dir);
+    let mut file = fs::OpenOptions::new().read(true).open(&path).ok()?;
+    match file.try_lock_shared() {
+        Ok(()) => {
+            let _ = file.unlock();
+            None
+        }
+        Err(fs::TryLockError::WouldBlock) => match read_pid(&mut file) {
+            Some(pid) if pid == std::process::id() => None,
+            pid => Some(pid),
+        },
+        Err(fs::TryLockError::Error(_)) => None,
+    }
+}
+
+/// "process N", or "another process" when its id could not be read.
+pub fn holder_name(holder: Holder) -> String {
+    holder.map_or("another process".to_string(), |pid| {
+        format!("process {pid}")
+    })
+}
+
+/// How to stop the holder: `kill -INT N`, where its id is known.
+pub fn stop_advice(holder: Holder) -> String {
+    holder.map_or("stop it first".to_string(), |pid| {
+        format!("stop it first (kill -INT {pid} stops it at a checkpoint)")
+    })
 }
 
 /// The file a finished run's [`RunResult`] is written to.
@@ -196,6 +316,18 @@ pub struct FileDigest {
 /// A run directory that cannot be used.
 #[derive(Debug, Error)]
 pub enum RunError {
+    /// Another process holds the mark of a run or lab folder ([`mark_training`]).
+    #[error(
+        "{} is in use by {} now; wait for it to finish, or {} and then continue it with \
+         --resume",
+        .dir.display(), holder_name(*.pid), stop_advice(*.pid)
+    )]
+    InUse {
+        /// The run or lab folder.
+        dir: PathBuf,
+        /// The process holding it, once it wrote its id.
+        pid: Holder,
+    },
     /// `--out` names a folder that exists.
     #[error(
         "run directory {0} already exists; choose another --out, or pass --force to \
@@ -321,6 +453,40 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> RunError + '_ {
         path: path.to_path_buf(),
         source,
     }
+}
+
+/// A checkpoint's files and manifest, written and synced into the folder `tmp`.
+fn write_checkpoint_files(
+    tmp: &Path,
+    model: &Gpt,
+    optim: &Optimizer,
+    state: &TrainState,
+    trained_on: &TrainedOn,
+) -> Result<(), RunError> {
+    model.save_weights(&tmp.join("model.bpk"))?;
+    optim.save(&tmp.join("optim.safetensors"))?;
+    let state_path = tmp.join("state.json");
+    let json = serde_json::to_string_pretty(state).expect("state serialises");
+    fs::write(&state_path, json).map_err(io(&state_path))?;
+    let mut files = BTreeMap::new();
+    for file in CHECKPOINT_FILES {
+        let path = tmp.join(file);
+        sync(&path)?;
+        files.insert(file.to_string(), digest(&path)?);
+    }
+    let manifest = Manifest {
+        format: 1,
+        step: state.step,
+        model: serde_json::to_value(&model.config).expect("model config serialises"),
+        files,
+        trained_on: Some(trained_on.clone()),
+    };
+    let manifest_path = tmp.join(MANIFEST);
+    let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
+    fs::write(&manifest_path, json + "\n").map_err(io(&manifest_path))?;
+    sync(&manifest_path)?;
+    sync_dir(tmp);
+    Ok(())
 }
 
 /// Test hook, compiled only with the `test-hooks` feature (the end-to-end tests turn it on;
@@ -627,30 +793,14 @@ impl RunDir {
         if tmp.exists() {
             fs::remove_dir_all(&tmp).map_err(io(&tmp))?;
         }
-        fs::create_dir_all(&tmp).map_err(io(&tmp))?;
-        model.save_weights(&tmp.join("model.bpk"))?;
-        optim.save(&tmp.join("optim.safetensors"))?;
-        let state_path = tmp.join("state.json");
-        let json = serde_json::to_string_pretty(state).expect("state serialises");
-        fs::write(&state_path, json).map_err(io(&state_path))?;
-        let mut files = BTreeMap::new();
-        for file in CHECKPOINT_FILES {
-            let path = tmp.join(file);
-            sync(&path)?;
-            files.insert(file.to_string(), digest(&path)?);
+        // Not `create_dir_all`: a run folder removed under the run stays removed.
+        fs::create_dir(&tmp).map_err(io(&tmp))?;
+        let written = write_checkpoint_files(&tmp, model, optim, state, trained_on);
+        if written.is_err() {
+            // A full disk must not keep the partial files: they hold the space it needs.
+            let _ = fs::remove_dir_all(&tmp);
         }
-        let manifest = Manifest {
-            format: 1,
-            step: state.step,
-            model: serde_json::to_value(&model.config).expect("model config serialises"),
-            files,
-            trained_on: Some(trained_on.clone()),
-        };
-        let manifest_path = tmp.join(MANIFEST);
-        let json = serde_json::to_string_pretty(&manifest).expect("manifest serialises");
-        fs::write(&manifest_path, json + "\n").map_err(io(&manifest_path))?;
-        sync(&manifest_path)?;
-        sync_dir(&tmp);
+        written?;
         pause_point(name, "written", state.step);
         crate::stop::test_point(format_args!("{name}:written@{}", state.step));
 
@@ -708,15 +858,9 @@ impl RunDir {
         self.root.join(IMPORT_FILE).is_file()
     }
 
-    /// Marks the run as in training until the mark is dropped: `RUN/.training` holds this
-    /// process's id, so `headlab report` and `headlab heads` can say the run is not finished.
-    pub fn mark_training(&self) -> Result<TrainingMark, RunError> {
-        mark_training(&self.root)
-    }
-
-    /// Another process training this run now, if any ([`marked_pid`]).
-    pub fn training_pid(&self) -> Option<u32> {
-        marked_pid(&self.root)
+    /// Another process training this run now, if any ([`mark_holder`]).
+    pub fn training_pid(&self) -> Option<Holder> {
+        mark_holder(&self.root)
     }
 
     /// Whether checkpoint `name` exists.
@@ -967,6 +1111,53 @@ fn other_checkpoint(dir: &Path) -> &'static str {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Of many takers of one mark at the same instant, exactly one gets it and the others
+    /// are refused naming its holder; once it is dropped the mark is gone and can be taken
+    /// again; a mark file left by a killed process (no lock) is taken over. (Writing the
+    /// process id with `fs::write`, as the mark was made before, let every taker through.)
+    #[test]
+    fn one_taker_of_a_mark_wins_and_the_others_are_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("run");
+        for _ in 0..20 {
+            let barrier = std::sync::Barrier::new(8);
+            let results: Vec<Result<TrainingMark, RunError>> = std::thread::scope(|s| {
+                let takers: Vec<_> = (0..8)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            mark_training(&dir)
+                        })
+                    })
+                    .collect();
+                takers.into_iter().map(|t| t.join().unwrap()).collect()
+            });
+            let won = results.iter().filter(|r| r.is_ok()).count();
+            assert_eq!(won, 1, "{results:?}");
+            for r in &results {
+                if let Err(e) = r {
+                    assert!(
+                        matches!(e, RunError::InUse { pid: Some(p), .. } if *p == std::process::id()),
+                        "{e}"
+                    );
+                }
+            }
+            // This process's own mark is no other process's.
+            assert_eq!(mark_holder(&dir), None);
+            drop(results);
+            assert!(!mark_path(&dir).exists());
+            assert_eq!(mark_holder(&dir), None);
+        }
+        // Left by a process that is gone: the file holds an id, no lock.
+        fs::write(mark_path(&dir), "4194304\n").unwrap();
+        assert_eq!(mark_holder(&dir), None);
+        let mark = mark_training(&dir).unwrap();
+        assert_eq!(
+            fs::read_to_string(mark.path()).unwrap(),
+            format!("{}\n", std::process::id())
+        );
+    }
 
     #[test]
     fn config_diffs_name_keys_and_apply_defaults() {

@@ -7,7 +7,7 @@
 //! an uninterrupted one would have.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::Module;
@@ -24,7 +24,7 @@ use crate::eval::estimate_loss_unless_stopped;
 use crate::grammar::{Grammaticality, grammaticality, is_grammar_run, percent};
 use crate::metrics::{Metric, Metrics};
 use crate::optim::Optimizer;
-use crate::run::{RunDir, RunError, RunResult, TrainState, TrainedOn};
+use crate::run::{RunDir, RunError, RunResult, TrainState, TrainedOn, TrainingMark, mark_training};
 use crate::step::take_step;
 use headlab_kernels::memory::KeepFreedPages;
 use headlab_kernels::{BackendError, BackendKind};
@@ -86,18 +86,17 @@ pub enum TrainError {
     /// `--resume` or `--force` of a run another process is using now: training it, or a
     /// lab measuring it in the lab's folder.
     #[error(
-        "{} is in use by process {pid} now ({}); wait for it to finish, or stop it first \
-         (kill -INT {pid} stops it at a checkpoint) and then resume. (If no such process \
-         runs, remove {} and try again.)",
+        "{} is in use by {} now ({}); wait for it to finish, or {} and then resume",
         .run.display(),
+        crate::run::holder_name(*.pid),
         if .marked == .run { "training it" } else { "a lab measuring it" },
-        .marked.join(crate::run::TRAINING_FILE).display()
+        crate::run::stop_advice(*.pid),
     )]
     StillTraining {
         /// The run directory.
         run: PathBuf,
         /// The process using it.
-        pid: u32,
+        pid: crate::run::Holder,
         /// The folder whose mark names that process: the run's, or its lab's.
         marked: PathBuf,
     },
@@ -142,6 +141,44 @@ pub enum TrainError {
     NoText {
         /// The run directory.
         run: PathBuf,
+    },
+    /// The disk filled up: no partial checkpoint is left, the intact one is named.
+    #[error(
+        "the disk holding {} is full ({cause}). {}",
+        .run.display(),
+        match (.intact, .created) {
+            (Some(step), _) => format!(
+                "No partial checkpoint is left; {} (step {step}) is intact. Free some space, \
+                 then continue with: headlab train --resume {}",
+                .run.join("last").display(), .run.display()
+            ),
+            (None, true) => "No checkpoint was saved yet. Free some space, then train again \
+                             with --force (it replaces what this run left)".into(),
+            (None, false) => "Nothing was written. Free some space and run the command \
+                              again".into(),
+        }
+    )]
+    DiskFull {
+        /// The run directory.
+        run: PathBuf,
+        /// What could not be written.
+        cause: String,
+        /// The step of the intact `last` checkpoint, if any.
+        intact: Option<usize>,
+        /// Whether this training had made the run's folder.
+        created: bool,
+    },
+    /// The run's folder was removed while it trained: nothing is written in its place.
+    #[error(
+        "the run's folder {} was removed while it trained ({cause}); training stopped and \
+         wrote nothing in its place. To have the run, train it again",
+        .run.display()
+    )]
+    RunGone {
+        /// The run directory.
+        run: PathBuf,
+        /// What failed to be written there.
+        cause: String,
     },
     /// SIGINT (Ctrl-C): stopped at the end of a step with the `last` checkpoint saved there.
     #[error(
@@ -188,6 +225,8 @@ pub struct TrainOptions {
     /// A fresh run's weights made from the seeded initialisation (a lab's controlled
     /// start); `None` trains the initialisation as it is. Ignored when resuming.
     pub init: Option<InitHook>,
+    /// Progress lines in a log name the run (`RUN: step ...`): a lab trains many in one log.
+    pub name_in_progress: bool,
 }
 
 /// Turns a freshly initialised model into the one a run starts from.
@@ -371,11 +410,66 @@ pub fn train(
     options: TrainOptions,
     observers: &mut [Box<dyn Observer>],
 ) -> Result<TrainSummary, TrainError> {
-    let resolved = resolve_run(&options)?;
+    let run = options.out.clone();
+    // The run's mark is held until its failure, if any, is explained below.
+    let (resolved, _mark) = resolve_run(&options).map_err(|e| explain_failure(e, &run, false))?;
     let backend: BackendKind = resolved.1.train.backend.parse()?;
     headlab_kernels::with_kernels(backend.kernels(), || {
         train_resolved(resolved, backend, options, observers)
     })
+    .map_err(|e| explain_failure(e, &run, true))
+}
+
+/// Says what a failed write of `run` means when the disk is full ([`TrainError::DiskFull`])
+/// or, once the run existed (`created`), when its folder was removed under it
+/// ([`TrainError::RunGone`]); any other error as it is. A failed checkpoint has removed its
+/// own partial files ([`RunDir::save_checkpoint`]).
+fn explain_failure(e: TrainError, run: &Path, created: bool) -> TrainError {
+    if matches!(
+        e,
+        TrainError::Interrupted { .. } | TrainError::Diverged { .. }
+    ) {
+        return e;
+    }
+    if created && !run.is_dir() {
+        return TrainError::RunGone {
+            run: run.to_path_buf(),
+            cause: e.to_string(),
+        };
+    }
+    if !is_disk_full(&e) {
+        return e;
+    }
+    // Before this training made its folder, what is there is another run's (`--force`).
+    let intact = created
+        .then(|| RunDir::open(run).ok()?.checkpoint_state("last"))
+        .flatten()
+        .map(|s| s.step);
+    TrainError::DiskFull {
+        run: run.to_path_buf(),
+        cause: e.to_string(),
+        intact,
+        created,
+    }
+}
+
+/// Whether `e` comes from a write that found the disk full (ENOSPC, or a quota), in its chain
+/// of sources or, where a library kept only the message, in its text.
+fn is_disk_full(e: &TrainError) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && matches!(
+                io.kind(),
+                std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+            )
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    let text = e.to_string();
+    text.contains("No space left on device") || text.contains("os error 28")
 }
 
 /// [`train`] once the run, its config and its data are resolved.
@@ -426,7 +520,6 @@ fn train_resolved(
             run.record_data(text)?;
         }
     }
-    let _training = run.mark_training()?;
     let mut metrics = Metrics::open(run.metrics_path(), !resuming)?;
     if resuming {
         metrics.truncate_after(state.step)?;
@@ -463,6 +556,11 @@ fn train_resolved(
         last_losses: (f64::NAN, f64::NAN),
         window: (Instant::now(), 0),
         last_line: (!std::io::IsTerminal::is_terminal(&std::io::stderr())).then(Instant::now),
+        progress_prefix: if options.name_in_progress {
+            format!("{}: ", run.root.display())
+        } else {
+            String::new()
+        },
         run: &run,
         train: &tc,
         dataset: &dataset,
@@ -572,16 +670,24 @@ fn announce(
 /// checkpoint has loaded).
 type Resolved = (RunDir, RunConfig, Dataset, RunConfig, Option<String>);
 
-/// The run of `options` with its config and data, everything checked: a fresh directory
+/// The run of `options` with its config and data, everything checked, and its mark
+/// ([`crate::run::mark_training`]), held while it trains: a fresh directory
 /// (created only once nothing can fail), or an existing one with its saved config and
 /// `--set`s (saved once the checkpoint has loaded).
 // Over 80 lines on purpose: a fresh, resumed or forced run: three short branches that share their checks.
-fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
+fn resolve_run(options: &TrainOptions) -> Result<(Resolved, TrainingMark), TrainError> {
     // Two processes on one run would interleave their checkpoints, and --force would
     // remove the folder under the other; so would a lab measuring it in its folder.
     let lab = || {
-        let folder = options.out.parent()?;
-        crate::run::marked_pid(folder).map(|pid| (pid, folder.to_path_buf()))
+        // `--out x` is in the current folder, which may be a lab's.
+        let folder = options.out.parent().map(|p| {
+            if p.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                p
+            }
+        })?;
+        crate::run::mark_holder(folder).map(|pid| (pid, folder.to_path_buf()))
     };
     if let Some((pid, marked)) = RunDir::open(&options.out)
         .ok()
@@ -598,8 +704,19 @@ fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
             marked,
         });
     }
-    let (run, config, dataset, saved, new_text) = if options.resume {
+    // Taken in one step, before anything in the folder changes: of two processes started
+    // together on one run, one trains and the other is refused, its folder untouched.
+    let claim = |pid| TrainError::StillTraining {
+        run: options.out.clone(),
+        pid,
+        marked: options.out.clone(),
+    };
+    let (resolved, mark) = if options.resume {
         let run = RunDir::open(&options.out)?;
+        let mark = mark_training(&options.out).map_err(|e| match e {
+            RunError::InUse { pid, .. } => claim(pid),
+            e => e.into(),
+        })?;
         let saved = run.config()?;
         let mut config = saved.clone();
         if !options.resume_sets.is_empty() {
@@ -620,7 +737,7 @@ fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
         let changes = text_changes(&saved, &config);
         if changes.is_empty() {
             let dataset = load_dataset(&run, &config, run.tokenizer()?)?;
-            (run, config, dataset, saved, None)
+            ((run, config, dataset, saved, None), mark)
         } else {
             // The user's own `--set` chose another text: say so, not that a file changed (an
             // imported run never had one).
@@ -639,7 +756,7 @@ fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
                 config.data.val_fraction,
                 description,
             )?;
-            (run, config, dataset, saved, Some(text))
+            ((run, config, dataset, saved, Some(text)), mark)
         }
     } else {
         if options.out.exists() && !options.force {
@@ -672,12 +789,18 @@ fn resolve_run(options: &TrainOptions) -> Result<Resolved, TrainError> {
         config.data.make_path_absolute();
         let tokenizer = dataset.tokenizer();
         crate::stop::at_stake();
+        let mark = mark_training(&options.out).map_err(|e| match e {
+            RunError::InUse { pid, .. } => claim(pid),
+            e => e.into(),
+        })?;
+        crate::stop::test_point(format_args!("claimed"));
         let run =
             RunDir::create_with(&options.out, options.force, &config, tokenizer, Some(&text))?;
-        (run, config.clone(), dataset, config, None)
+        ((run, config.clone(), dataset, config, None), mark)
     };
+    let (run, config, dataset, saved, new_text) = resolved;
     check_fits(&config, &dataset)?;
-    Ok((run, config, dataset, saved, new_text))
+    Ok(((run, config, dataset, saved, new_text), mark))
 }
 
 /// Refuses a `--set` on resume that would make the config disagree with the run's saved
@@ -815,6 +938,8 @@ struct Loop<'a> {
     /// With stderr not a terminal (a log, a CI job), where the bar draws nothing: when the
     /// last progress line was printed.
     last_line: Option<Instant>,
+    /// What each progress line starts with: the run, in a lab ([`TrainOptions`]).
+    progress_prefix: String,
 }
 
 impl Loop<'_> {
@@ -994,7 +1119,8 @@ impl Loop<'_> {
             *last = Instant::now();
             let elapsed = self.started.elapsed().as_secs_f64();
             crate::log_line!(
-                "step {}/{}: {message}, {elapsed:.0} s",
+                "{}step {}/{}: {message}, {elapsed:.0} s",
+                self.progress_prefix,
                 it + 1,
                 tc.max_iters
             );
@@ -1008,8 +1134,9 @@ impl Loop<'_> {
 const PROGRESS_LINE_EVERY: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// [`PROGRESS_LINE_EVERY`]; with the `test-hooks` feature, `HEADLAB_TEST_PROGRESS_EVERY_MS`
-/// sets it, so a test sees the lines without waiting 15 s for each.
-fn progress_line_every() -> std::time::Duration {
+/// sets it, so a test sees the lines without waiting 15 s for each. Loops of their own (`lab
+/// grokking`) print at the same pace.
+pub fn progress_line_every() -> std::time::Duration {
     #[cfg(feature = "test-hooks")]
     if let Some(ms) = std::env::var("HEADLAB_TEST_PROGRESS_EVERY_MS")
         .ok()
@@ -1142,6 +1269,7 @@ mod tests {
             resume_sets: Vec::new(),
             print_sample: false,
             init: None,
+            name_in_progress: false,
         };
         let summary = train(options, &mut Vec::new()).unwrap();
         let csv = std::fs::read_to_string(summary.run.join("metrics.csv")).unwrap();
