@@ -772,6 +772,15 @@ fn a_text_of_one_repeated_character_is_refused() {
             );
         }
     }
+    // Nor may a run continue on such a text.
+    let run = trained(dir, "run");
+    let path = format!("data.path={}", dir.join("a.txt").display());
+    fails(
+        dir,
+        &["train", "--resume", "run", "--set", &path],
+        &["holds one distinct character ('a')", "nothing to predict"],
+    );
+    assert!(run.join("last").is_dir());
 }
 
 #[test]

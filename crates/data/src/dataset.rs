@@ -154,15 +154,7 @@ impl Dataset {
     ) -> Result<Self, DataError> {
         let description = description.into();
         check_val_fraction(val_fraction)?;
-        let mut chars = text.chars();
-        if let Some(symbol) = chars.next()
-            && chars.all(|c| c == symbol)
-        {
-            return Err(DataError::OneSymbol {
-                source_name: description,
-                symbol,
-            });
-        }
+        check_more_than_one_symbol(text, &description)?;
         let tokenizer = match kind {
             TokenizerKind::Bpe => {
                 Tokenizer::train_bpe(split_text(text, val_fraction).0, vocab_size)
@@ -174,6 +166,12 @@ impl Dataset {
             source,
         })?;
         Self::with_tokenizer(text, tokenizer, val_fraction, description)
+    }
+
+    /// Refuses a text of one character repeated (letters or NUL bytes alike): a model has
+    /// nothing to predict there. `description` names the text in the error.
+    pub fn check_text(text: &str, description: &str) -> Result<(), DataError> {
+        check_more_than_one_symbol(text, description)
     }
 
     /// Tokenizes `text` with an existing tokenizer (for example one loaded from a run
@@ -421,6 +419,20 @@ fn encode_shown(tokenizer: &Tokenizer, text: &str) -> Result<TokenIds, Tokenizer
 /// `data[:int(n*0.9)]` for the default 0.1.
 pub fn train_len(n: usize, val_fraction: f64) -> usize {
     ((n as f64 * (1.0 - val_fraction)) as usize).min(n)
+}
+
+/// [`Dataset::check_text`].
+fn check_more_than_one_symbol(text: &str, description: &str) -> Result<(), DataError> {
+    let mut chars = text.chars();
+    if let Some(symbol) = chars.next()
+        && chars.all(|c| c == symbol)
+    {
+        return Err(DataError::OneSymbol {
+            source_name: description.to_string(),
+            symbol,
+        });
+    }
+    Ok(())
 }
 
 /// `text` cut into its training prefix and validation suffix by characters: the first

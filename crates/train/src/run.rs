@@ -168,6 +168,15 @@ pub fn mark_training(dir: &Path) -> Result<TrainingMark, RunError> {
                     pid: read_pid(&mut file),
                 });
             }
+            // A filesystem without file locks: the mark is written, unenforced.
+            Err(fs::TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+                crate::log_line!(
+                    "warning: {} cannot be locked on this filesystem ({e}): a second process \
+                     on {} is not refused here",
+                    path.display(),
+                    dir.display()
+                );
+            }
             Err(fs::TryLockError::Error(e)) => return Err(io(&path)(e)),
         }
         if !same_file(&file, &path) {

@@ -739,6 +739,8 @@ fn resolve_run(options: &TrainOptions) -> Result<(Resolved, TrainingMark), Train
             let dataset = load_dataset(&run, &config, run.tokenizer()?)?;
             ((run, config, dataset, saved, None), mark)
         } else {
+            let (text, description) = load_text(&config.data, config.train.seed)?;
+            Dataset::check_text(&text, &description)?;
             // The user's own `--set` chose another text: say so, not that a file changed (an
             // imported run never had one).
             if saved.data.source().is_ok() {
@@ -749,7 +751,6 @@ fn resolve_run(options: &TrainOptions) -> Result<(Resolved, TrainingMark), Train
                     changes.join(", ")
                 );
             }
-            let (text, description) = load_text(&config.data, config.train.seed)?;
             let dataset = Dataset::with_tokenizer(
                 &text,
                 run.tokenizer()?,
