@@ -1598,3 +1598,106 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
         assert!(tag.contains("data-marker-step=\"4\""), "{id}: {tag}");
     }
 }
+
+/// `headlab prune` on a grammar run: every order removes every head once, down to none (where
+/// the orders meet); the importance order's first removal is the head of least gradient
+/// importance in the head table, and its val loss is the head table's zero ablation of that
+/// head alone (Michel et al.'s first step is zeroing one head); the intact agreement is
+/// agreement.csv's. The same run pruned twice gives the same file; a model of one head is
+/// refused with nothing written.
+#[test]
+fn prune_removes_heads_by_importance_and_its_first_step_is_zeroing_one_head() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut train = vec!["train", "--out", "g"];
+    train.extend(TINY.iter().copied());
+    train.extend([
+        "--set",
+        "model.block_size=64",
+        "--set",
+        "data.builtin_chars=20000",
+    ]);
+    ok(&headlab(&train, dir.path()));
+    ok(&headlab(&["heads", "g"], dir.path()));
+    let out = headlab(&["prune", "g", "--seeds", "4,5"], dir.path());
+    ok(&out);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(stdout.contains("pruning 4 heads one at a time"), "{stdout}");
+    let csv = std::fs::read_to_string(dir.path().join("g/prune/prune.csv")).unwrap();
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(
+        csv.lines().next().unwrap(),
+        "order,step,removed,heads_left,val_loss,agreement"
+    );
+    let orders = ["importance", "reverse", "random-4", "random-5"];
+    assert_eq!(rows.len(), orders.len() * 5, "{csv}");
+    let num = |r: &[&str], k: usize| r[k].parse::<f64>().unwrap();
+    let mut last_losses = Vec::new();
+    for (o, order) in orders.iter().enumerate() {
+        let curve = &rows[o * 5..(o + 1) * 5];
+        assert!(curve.iter().all(|r| r[0] == *order), "{csv}");
+        let mut removed: Vec<&str> = curve[1..].iter().map(|r| r[2]).collect();
+        removed.sort();
+        assert_eq!(removed, ["0.0", "0.1", "1.0", "1.1"], "{order}");
+        for (k, r) in curve.iter().enumerate() {
+            assert_eq!(r[1], k.to_string());
+            assert_eq!(r[3], (4 - k).to_string());
+        }
+        last_losses.push(num(&curve[4], 4));
+    }
+    assert!(
+        last_losses
+            .iter()
+            .all(|l| (l - last_losses[0]).abs() < 1e-6),
+        "{last_losses:?}"
+    );
+
+    // Against the head table of the same checkpoint and held-out batches.
+    let table: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("g/heads/heads.json")).unwrap(),
+    )
+    .unwrap();
+    let heads = table.as_array().unwrap();
+    let least = heads
+        .iter()
+        .min_by(|a, b| {
+            let g = |r: &serde_json::Value| r["grad_importance"].as_f64().unwrap();
+            g(a).total_cmp(&g(b))
+        })
+        .unwrap();
+    let name = format!("{}.{}", least["layer"], least["head"]);
+    assert_eq!(rows[1][2], name, "{csv}");
+    let zeroed = num(&rows[1], 4) - num(&rows[0], 4);
+    let ablation = least["ablation_zero"].as_f64().unwrap();
+    assert!((zeroed - ablation).abs() < 1e-5, "{zeroed} vs {ablation}");
+    let sweep = std::fs::read_to_string(dir.path().join("g/heads/agreement.csv")).unwrap();
+    let intact: Vec<&str> = sweep.lines().nth(1).unwrap().split(',').collect();
+    assert_eq!(intact[0], "none");
+    assert!((num(&rows[0], 5) - intact[3].parse::<f64>().unwrap()).abs() < 1e-6);
+
+    ok(&headlab(
+        &["prune", "g", "--seeds", "4,5", "--out", "again"],
+        dir.path(),
+    ));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("again/prune.csv")).unwrap(),
+        csv
+    );
+
+    let mut one = vec!["train", "--out", "one"];
+    one.extend(TINY.iter().copied());
+    one.extend(["--set", "model.n_layers=1", "--set", "model.n_heads=1"]);
+    ok(&headlab(&one, dir.path()));
+    let out = headlab(&["prune", "one"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .starts_with("error: this model has one head (model.n_layers = 1, model.n_heads = 1)"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("one/prune").exists());
+}

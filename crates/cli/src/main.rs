@@ -26,6 +26,7 @@ mod import;
 mod lab;
 mod lens;
 mod patch;
+mod prune;
 mod report;
 mod sample;
 mod train;
@@ -63,6 +64,11 @@ enum Command {
     /// output at each position, each head's output) into the corrupted run, and measure how
     /// much of the clean answer comes back. Writes patch.csv and one PNG per site.
     Patch(patch::PatchArgs),
+    /// Remove heads one at a time in order of gradient importance, recomputed after each
+    /// removal (Michel et al. 2019), and in reverse and random orders as baselines: the val
+    /// loss (and on a grammar run forced-choice agreement) after each removal. Writes
+    /// prune.csv, prune.png and summary.txt.
+    Prune(prune::PruneArgs),
     /// A run's page, report.html: losses, every head's scores and attention map through
     /// training on a step slider, the head table and a sample. `train` writes it at the end;
     /// this redraws it, e.g. for a run that was stopped.
@@ -91,6 +97,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Heads(args) => heads::run(args),
         Command::Lens(args) => lens::run(args),
         Command::Patch(args) => patch::run(args),
+        Command::Prune(args) => prune::run(args),
         Command::Report(args) => report::run(args),
         Command::Lab(args) => lab::run(args),
         Command::Compare(args) => compare::run(args),

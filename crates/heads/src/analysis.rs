@@ -180,7 +180,12 @@ pub fn repeated_half_loss(model: &Gpt, probe: &Probe, device: &Device) -> f64 {
     cross_entropy(logits, y, Some(-1)).into_scalar::<f32>() as f64
 }
 
-fn held_out_loss(model: &Gpt, probe: &Probe, options: &ForwardOptions, device: &Device) -> f64 {
+pub(crate) fn held_out_loss(
+    model: &Gpt,
+    probe: &Probe,
+    options: &ForwardOptions,
+    device: &Device,
+) -> f64 {
     let t = model.config.block_size;
     let mut sum = LossSum::default();
     for (x, y) in &probe.held_out {
@@ -302,6 +307,13 @@ fn mean_head_outputs(model: &Gpt, probe: &Probe, device: &Device) -> Vec<f64> {
 
 /// `mean over batches |dL/dm|` at `m = 1`, one value per (layer, head), row-major.
 pub fn gradient_importance(model: &Gpt, probe: &Probe, device: &Device) -> Vec<f64> {
+    let n = model.config.n_layers * model.config.n_heads;
+    gradient_importance_at(model, probe, &vec![1.0; n], device)
+}
+
+/// [`gradient_importance`] at the head mask `at` (row-major `[n_layers, n_heads]`, 0 for a
+/// head removed): Michel et al.'s importance of each head of a model already pruned.
+pub fn gradient_importance_at(model: &Gpt, probe: &Probe, at: &[f32], device: &Device) -> Vec<f64> {
     let (n_layers, n_heads) = (model.config.n_layers, model.config.n_heads);
     let t = model.config.block_size;
     let autodiff = &device.clone().autodiff();
@@ -309,7 +321,9 @@ pub fn gradient_importance(model: &Gpt, probe: &Probe, device: &Device) -> Vec<f
     let model = burn::module::Module::train(model.clone());
     let mut total = vec![0.0f64; n_layers * n_heads];
     for (x, y) in &probe.held_out {
-        let mask = Tensor::<2>::ones([n_layers, n_heads], autodiff).require_grad();
+        let mask =
+            Tensor::<2>::from_data(TensorData::new(at.to_vec(), [n_layers, n_heads]), autodiff)
+                .require_grad();
         let (x, y) = batch_tensors(x, y, probe.batch, t, autodiff);
         let options = ForwardOptions {
             head_mask: Some(mask.clone()),

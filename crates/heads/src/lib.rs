@@ -24,6 +24,8 @@
 //! - [`syntax`]: each head's attention on the grammar's dependencies against fixed-offset
 //!   rules, the subject trackers and the agreement ablation; [`syntax_report`]: their files
 //!   (`syntax.csv`, `agreement.csv`, `syntax.json`) and the text `train` and `heads` print.
+//! - [`pruning`]: heads removed one at a time in order of gradient importance (Michel et al.
+//!   2019), against reverse and random orders; [`prune_report`]: `prune.csv` and its summary.
 //! - [`maps`]: attention maps through training (`head_maps.jsonl`).
 //! - [`tracker`]: a training observer that records both.
 //!
@@ -43,6 +45,8 @@ pub mod maps;
 pub mod patch_report;
 pub mod patching;
 pub mod probe;
+pub mod prune_report;
+pub mod pruning;
 pub mod scores;
 pub mod syntax;
 pub mod syntax_report;

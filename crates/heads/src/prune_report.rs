@@ -1,0 +1,80 @@
+//! `headlab prune`'s results as files and text: `prune.csv` and the summary
+//! ([`crate::pruning`] measures them).
+
+use std::fmt::Write as _;
+
+use crate::pruning::{PruneCurve, removable};
+
+/// `prune.csv`'s header: one row per order and step. `order` (`importance`, `reverse`,
+/// `random-SEED`), `step` (heads removed so far), `removed` (the head removed at that step,
+/// `layer.head`; empty for the intact model), `heads_left`, `val_loss` (mean cross-entropy on
+/// the held-out val batches with the removed heads zeroed), `agreement` (forced-choice
+/// agreement then, 0.5 is chance; empty on a run not on the grammar corpus).
+pub const PRUNE_HEADER: &str = "order,step,removed,heads_left,val_loss,agreement";
+
+/// `prune.csv` ([`PRUNE_HEADER`]).
+pub fn prune_csv(curves: &[PruneCurve]) -> String {
+    let mut s = format!("{PRUNE_HEADER}\n");
+    for curve in curves {
+        for (k, step) in curve.steps.iter().enumerate() {
+            let removed = step
+                .removed
+                .map_or(String::new(), |(l, h)| format!("{l}.{h}"));
+            let agreement = step.agreement.map_or(String::new(), |a| format!("{a:.6}"));
+            let _ = writeln!(
+                s,
+                "{},{k},{removed},{},{:.6},{agreement}",
+                curve.order.name(),
+                step.heads_left,
+                step.val_loss
+            );
+        }
+    }
+    s
+}
+
+/// The summary `headlab prune` prints: per order, how many heads go before the loss rises 1%
+/// or agreement falls a point, and the heads the importance order keeps to the last.
+pub fn summary(curves: &[PruneCurve]) -> String {
+    let Some(first) = curves.first() else {
+        return String::new();
+    };
+    let total = first.steps.len() - 1;
+    let intact = &first.steps[0];
+    let agreement = intact.agreement.map_or(String::new(), |a| {
+        format!(", forced-choice agreement {a:.2}")
+    });
+    let mut s = format!(
+        "pruning {total} heads one at a time (Michel et al. 2019); intact: val loss {:.4}{agreement}\n",
+        intact.val_loss
+    );
+    let bound = if intact.agreement.is_some() {
+        "before the val loss rises 1% or agreement falls 1 point"
+    } else {
+        "before the val loss rises 1%"
+    };
+    let _ = writeln!(s, "  heads removed {bound}:");
+    for curve in curves {
+        let last = curve.steps.last().expect("a curve has its intact step");
+        let _ = writeln!(
+            s,
+            "    {:<12} {} of {total} (with every head removed: val loss {:.4})",
+            curve.order.name(),
+            removable(curve, 0.01, 0.01),
+            last.val_loss
+        );
+    }
+    let kept: Vec<String> = first
+        .steps
+        .iter()
+        .rev()
+        .take(3.min(total))
+        .filter_map(|s| s.removed.map(|(l, h)| format!("{l}.{h}")))
+        .collect();
+    let _ = writeln!(
+        s,
+        "  the last heads the importance order removes (the last first): {}",
+        kept.join(", ")
+    );
+    s
+}
