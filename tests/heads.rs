@@ -1428,7 +1428,8 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(
         lines[0],
-        "ablated,kind,n,accuracy,mean_p_right,sampled,well_formed,agreeing"
+        "ablated,kind,n,accuracy,mean_p_right,sampled,well_formed,agreeing,n_prepositional,\
+         accuracy_prepositional,n_relative,accuracy_relative,n_nothing,accuracy_nothing"
     );
     assert!(lines.len() >= 3, "{csv}");
     assert!(lines[1].starts_with("none,intact,"), "{csv}");
@@ -1459,6 +1460,38 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
             "{line}: {}",
             fc.mean_p_right
         );
+        // Split by what stands between subject and verb, classified here by the words' forms:
+        // "that" opens a relative clause, a preposition a prepositional phrase.
+        let mut by = [(0usize, 0usize); 3];
+        for c in &fc.choices {
+            let a = &syntax.agreements[c.agreement];
+            let between: Vec<&str> = syntax.words[a.subject + 1..a.verb]
+                .iter()
+                .map(|w| w.form.as_str())
+                .collect();
+            let k = if between.contains(&"that") {
+                1
+            } else if between
+                .iter()
+                .any(|w| ["near", "behind", "beside", "with"].contains(w))
+            {
+                0
+            } else {
+                2
+            };
+            by[k].0 += 1;
+            by[k].1 += usize::from(c.right > c.wrong);
+        }
+        assert_eq!(by.iter().map(|b| b.0).sum::<usize>(), asked);
+        for (k, (n, right)) in by.iter().enumerate() {
+            assert_eq!(f[8 + 2 * k], n.to_string(), "{line}");
+            if *n == 0 {
+                assert_eq!(f[9 + 2 * k], "", "{line}");
+            } else {
+                let got: f64 = f[9 + 2 * k].parse().unwrap();
+                assert!((got - *right as f64 / *n as f64).abs() < 1e-6, "{line}");
+            }
+        }
         // The sentences sampled with those heads zeroed: 100 (the default
         // train.grammar_sentences, 200, capped), shares in [0, 1], agreeing among the
         // well-formed.

@@ -159,6 +159,49 @@ impl Agreement {
         self.attractor
             .is_some_and(|a| words[a].plural != Some(self.subject_plural))
     }
+
+    /// What stands between the verb's subject and the verb ([`Construction`]).
+    pub fn construction(&self, words: &[Word]) -> Construction {
+        let between = || words[(self.subject + 1).min(self.verb)..self.verb].iter();
+        if between().any(|w| w.class == WordClass::That) {
+            Construction::Relative
+        } else if between().any(|w| w.class == WordClass::Preposition) {
+            Construction::Prepositional
+        } else {
+            Construction::Nothing
+        }
+    }
+}
+
+/// What stands between a verb and its subject: agreement across it is what a head must carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Construction {
+    /// A relative clause: "the dog that the cats see RUNS".
+    Relative,
+    /// A prepositional phrase: "the dog near the cats RUNS".
+    Prepositional,
+    /// Nothing but adjectives: "the quiet dog RUNS", or a relative clause's own subject and
+    /// verb.
+    Nothing,
+}
+
+impl Construction {
+    /// Every construction, in the order files list them.
+    pub const ALL: [Construction; 3] = [
+        Construction::Prepositional,
+        Construction::Relative,
+        Construction::Nothing,
+    ];
+
+    /// The name files and labels use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Construction::Relative => "relative",
+            Construction::Prepositional => "prepositional",
+            Construction::Nothing => "nothing",
+        }
+    }
 }
 
 /// One sentence of the text.
@@ -436,6 +479,31 @@ mod tests {
     use crate::corpus::grammar;
 
     use Relation::*;
+
+    /// Each verb's construction, read by hand off sentences of each kind.
+    #[test]
+    fn constructions_name_what_stands_between_subject_and_verb() {
+        let text = "the dog near the cats runs. the dogs that the spy sees run. the quiet \
+                    spy runs. the child that the quiet spy follows finds the dogs.";
+        let s = parse_text(text).unwrap();
+        let got: Vec<(&str, Construction)> = s
+            .agreements
+            .iter()
+            .map(|a| (s.words[a.verb].form.as_str(), a.construction(&s.words)))
+            .collect();
+        use Construction::*;
+        assert_eq!(
+            got,
+            [
+                ("runs", Prepositional),
+                ("sees", Nothing),
+                ("run", Relative),
+                ("runs", Nothing),
+                ("follows", Nothing),
+                ("finds", Relative),
+            ]
+        );
+    }
 
     /// `(relation, from word, to word)` of a parse, words by their form and index.
     fn arcs_of(s: &Syntax) -> Vec<(Relation, usize, usize)> {

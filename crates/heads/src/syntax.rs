@@ -27,7 +27,7 @@ use burn::module::Param;
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Tensor, TensorData};
 use headlab_data::syntax::{
-    Agreement, Arc, BASELINE_MAX_OFFSET, Baseline, Relation, Syntax, SyntaxError,
+    Agreement, Arc, BASELINE_MAX_OFFSET, Baseline, Construction, Relation, Syntax, SyntaxError,
     fixed_offset_baseline, parse_syntax, parse_text,
 };
 use headlab_data::{Dataset, Split, Tokenizer, TokenizerError, ids_tensor};
@@ -540,7 +540,21 @@ pub struct ForcedChoice {
     pub accuracy: f64,
     /// Mean of `p(right) / (p(right) + p(wrong))`.
     pub mean_p_right: f64,
+    /// The same choices split by what stands between subject and verb, in
+    /// [`Construction::ALL`]'s order.
+    pub by_construction: Vec<ConstructionChoice>,
     pub choices: Vec<Choice>,
+}
+
+/// The forced choice over the verbs of one [`Construction`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ConstructionChoice {
+    /// What stands between subject and verb.
+    pub construction: Construction,
+    /// Verbs asked.
+    pub n: usize,
+    /// Share chosen right; NaN with none asked.
+    pub accuracy: f64,
 }
 
 /// Every head of `heads` exists in `model`.
@@ -660,12 +674,34 @@ pub fn forced_choice(
             choices.iter().map(f).sum::<f64>() / n as f64
         }
     };
+    let by_construction = Construction::ALL
+        .iter()
+        .map(|&construction| {
+            let of: Vec<&Choice> = choices
+                .iter()
+                .filter(|c| {
+                    probe.syntax.agreements[c.agreement].construction(words) == construction
+                })
+                .collect();
+            let right = of.iter().filter(|c| c.right > c.wrong).count();
+            ConstructionChoice {
+                construction,
+                n: of.len(),
+                accuracy: if of.is_empty() {
+                    f64::NAN
+                } else {
+                    right as f64 / of.len() as f64
+                },
+            }
+        })
+        .collect();
     Ok(ForcedChoice {
         ablated: ablate.to_vec(),
         n,
         accuracy: mean(&|c| f64::from(u8::from(c.right > c.wrong))),
         // p / (p + q) = 1 / (1 + exp(log q - log p)).
         mean_p_right: mean(&|c| 1.0 / (1.0 + (c.wrong - c.right).exp())),
+        by_construction,
         choices,
     })
 }

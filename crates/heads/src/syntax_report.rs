@@ -20,7 +20,11 @@
 //!   `mean_p_right`; then what the model writes with those heads zeroed: `sampled`
 //!   sentences (the run's `train.grammar_sentences`, at most [`SWEEP_SENTENCES`], at its
 //!   seed), the share `well_formed`
-//!   and the share `agreeing` by the grammar checker (empty when none were sampled).
+//!   and the share `agreeing` by the grammar checker (empty when none were sampled); then the
+//!   forced choice split by what stands between subject and verb
+//!   ([`headlab_data::syntax::Construction`]): `n_` and `accuracy_` of `prepositional` (a
+//!   prepositional phrase), `relative` (a relative clause) and `nothing` (accuracy empty where
+//!   no verb was asked).
 //! - `syntax.json`: the same for the run's page.
 
 use std::fmt::Write as _;
@@ -74,8 +78,9 @@ pub const AGREEMENT_FILE: &str = "agreement.csv";
 pub const JSON_FILE: &str = "syntax.json";
 pub const SYNTAX_HEADER: &str =
     "layer,head,relation,n,accuracy,mass,baseline_offset,baseline_accuracy,role";
-pub const AGREEMENT_HEADER: &str =
-    "ablated,kind,n,accuracy,mean_p_right,sampled,well_formed,agreeing";
+pub const AGREEMENT_HEADER: &str = "ablated,kind,n,accuracy,mean_p_right,sampled,well_formed,\
+     agreeing,n_prepositional,accuracy_prepositional,n_relative,accuracy_relative,n_nothing,\
+     accuracy_nothing";
 
 /// What [`measure`] found.
 #[derive(Debug, Clone)]
@@ -217,6 +222,7 @@ pub fn syntax_json(report: &SyntaxReport) -> serde_json::Value {
                 "accuracy": r.accuracy,
                 "mean_p_right": r.mean_p_right,
                 "sampled": row.sampled,
+                "by_construction": r.by_construction,
             })
         })
         .collect();
@@ -251,9 +257,21 @@ pub fn agreement_csv(sweep: &[AblationRow]) -> String {
         let sampled = row.sampled.map_or(",,".to_string(), |g| {
             format!("{},{:.6},{:.6}", g.sentences, g.well_formed, g.agreeing)
         });
+        let constructions: String = r
+            .by_construction
+            .iter()
+            .map(|c| {
+                let accuracy = if c.accuracy.is_finite() {
+                    format!("{:.6}", c.accuracy)
+                } else {
+                    String::new()
+                };
+                format!(",{},{accuracy}", c.n)
+            })
+            .collect();
         writeln!(
             s,
-            "{},{kind},{},{:.6},{:.6},{sampled}",
+            "{},{kind},{},{:.6},{:.6},{sampled}{constructions}",
             heads_name(&r.ablated),
             r.n,
             r.accuracy,
@@ -433,6 +451,32 @@ pub fn summary(report: &SyntaxReport) -> String {
     );
     if let Some(line) = sampled_line(&report.sweep) {
         let _ = writeln!(s, "  {line}");
+    }
+    let _ = writeln!(
+        s,
+        "  forced choice by what stands between subject and verb (intact, then each row \
+         zeroed, as in agreement.csv):"
+    );
+    for (k, c) in intact.result.by_construction.iter().enumerate() {
+        let rows: Vec<String> = report
+            .sweep
+            .iter()
+            .map(|row| {
+                let a = row.result.by_construction[k].accuracy;
+                if a.is_finite() {
+                    format!("{a:.2}")
+                } else {
+                    "-".into()
+                }
+            })
+            .collect();
+        let _ = writeln!(
+            s,
+            "    {:<14} {} verbs: {}",
+            c.construction.name(),
+            c.n,
+            rows.join(" ")
+        );
     }
     s
 }
