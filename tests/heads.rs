@@ -1663,7 +1663,8 @@ fn prune_removes_heads_by_importance_and_its_first_step_is_zeroing_one_head() {
         .collect();
     assert_eq!(
         csv.lines().next().unwrap(),
-        "order,step,removed,heads_left,val_loss,agreement"
+        "order,step,removed,heads_left,val_loss,agreement,agreement_prepositional,\
+         agreement_relative,agreement_nothing"
     );
     let orders = ["importance", "reverse", "random-4", "random-5"];
     assert_eq!(rows.len(), orders.len() * 5, "{csv}");
@@ -1710,6 +1711,10 @@ fn prune_removes_heads_by_importance_and_its_first_step_is_zeroing_one_head() {
     let intact: Vec<&str> = sweep.lines().nth(1).unwrap().split(',').collect();
     assert_eq!(intact[0], "none");
     assert!((num(&rows[0], 5) - intact[3].parse::<f64>().unwrap()).abs() < 1e-6);
+    // Per construction, as agreement.csv splits it (empty where no verb of it was asked).
+    for k in 0..3 {
+        assert_eq!(rows[0][6 + k], intact[9 + 2 * k], "{csv}\n{sweep}");
+    }
 
     ok(&headlab(
         &["prune", "g", "--seeds", "4,5", "--out", "again"],

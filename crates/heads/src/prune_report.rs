@@ -9,8 +9,11 @@ use crate::pruning::{PruneCurve, removable};
 /// `random-SEED`), `step` (heads removed so far), `removed` (the head removed at that step,
 /// `layer.head`; empty for the intact model), `heads_left`, `val_loss` (mean cross-entropy on
 /// the held-out val batches with the removed heads zeroed), `agreement` (forced-choice
-/// agreement then, 0.5 is chance; empty on a run not on the grammar corpus).
-pub const PRUNE_HEADER: &str = "order,step,removed,heads_left,val_loss,agreement";
+/// agreement then, 0.5 is chance; empty on a run not on the grammar corpus), then the same
+/// for the verbs of each construction (`agreement_prepositional`, `agreement_relative`,
+/// `agreement_nothing`: what stands between subject and verb; empty where none was asked).
+pub const PRUNE_HEADER: &str = "order,step,removed,heads_left,val_loss,agreement,\
+     agreement_prepositional,agreement_relative,agreement_nothing";
 
 /// `prune.csv` ([`PRUNE_HEADER`]).
 pub fn prune_csv(curves: &[PruneCurve]) -> String {
@@ -20,13 +23,26 @@ pub fn prune_csv(curves: &[PruneCurve]) -> String {
             let removed = step
                 .removed
                 .map_or(String::new(), |(l, h)| format!("{l}.{h}"));
-            let agreement = step.agreement.map_or(String::new(), |a| format!("{a:.6}"));
+            let share = |a: f64| {
+                if a.is_finite() {
+                    format!("{a:.6}")
+                } else {
+                    String::new()
+                }
+            };
+            let agreement = step.agreement.map_or(String::new(), share);
+            let by: Vec<String> = if step.agreement_by.is_empty() {
+                vec![String::new(); 3]
+            } else {
+                step.agreement_by.iter().map(|&a| share(a)).collect()
+            };
             let _ = writeln!(
                 s,
-                "{},{k},{removed},{},{:.6},{agreement}",
+                "{},{k},{removed},{},{:.6},{agreement},{}",
                 curve.order.name(),
                 step.heads_left,
-                step.val_loss
+                step.val_loss,
+                by.join(",")
             );
         }
     }

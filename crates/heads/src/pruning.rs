@@ -17,6 +17,8 @@ use thiserror::Error;
 use crate::analysis::{gradient_importance_at, held_out_loss};
 use crate::probe::Probe;
 use crate::syntax::{HeadId, SyntaxProbe, SyntaxScoreError, forced_choice};
+#[cfg(doc)]
+use headlab_data::syntax::Construction;
 
 /// Why a model cannot be pruned.
 #[derive(Debug, Error)]
@@ -74,6 +76,9 @@ pub struct PruneStep {
     pub val_loss: f64,
     /// Forced-choice agreement with them zeroed (a grammar run), 0.5 is chance.
     pub agreement: Option<f64>,
+    /// The same per construction, in [`Construction::ALL`]'s order (NaN where no verb of it
+    /// was asked); empty off the grammar.
+    pub agreement_by: Vec<f64>,
 }
 
 /// One pruning curve: the intact model, then one step per head removed, down to none.
@@ -120,9 +125,9 @@ pub fn prune_curve(
             )),
             ..ForwardOptions::default()
         };
-        let agreement = match syntax {
+        let choice = match syntax {
             Some((tokenizer, probe)) => {
-                Some(forced_choice(model, tokenizer, probe, removed, device)?.accuracy)
+                Some(forced_choice(model, tokenizer, probe, removed, device)?)
             }
             None => None,
         };
@@ -130,7 +135,10 @@ pub fn prune_curve(
             removed: head,
             heads_left: mask.iter().filter(|&&m| m != 0.0).count(),
             val_loss: held_out_loss(model, probe, &options, device),
-            agreement,
+            agreement: choice.as_ref().map(|c| c.accuracy),
+            agreement_by: choice.map_or(Vec::new(), |c| {
+                c.by_construction.iter().map(|b| b.accuracy).collect()
+            }),
         })
     };
     let mut steps = vec![measure(&mask, &removed, None)?];
@@ -186,6 +194,7 @@ mod tests {
             heads_left: 0,
             val_loss: loss,
             agreement,
+            agreement_by: Vec::new(),
         }
     }
 
