@@ -1429,7 +1429,8 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
     assert_eq!(
         lines[0],
         "ablated,kind,n,accuracy,mean_p_right,sampled,well_formed,agreeing,n_prepositional,\
-         accuracy_prepositional,n_relative,accuracy_relative,n_nothing,accuracy_nothing"
+         accuracy_prepositional,n_relative,accuracy_relative,n_nothing,accuracy_nothing,\
+         agreeing_prepositional,agreeing_relative,agreeing_nothing"
     );
     assert!(lines.len() >= 3, "{csv}");
     assert!(lines[1].starts_with("none,intact,"), "{csv}");
@@ -1508,6 +1509,17 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
             .unwrap();
             assert!((num(6) - g.well_formed).abs() < 1e-6, "{line}: {g:?}");
             assert!((num(7) - g.agreeing).abs() < 1e-6, "{line}: {g:?}");
+            for (k, (verbs, agree)) in g.by_construction.iter().enumerate() {
+                if *verbs == 0 {
+                    assert_eq!(f[14 + k], "", "{line}");
+                } else {
+                    let share = *agree as f64 / *verbs as f64;
+                    assert!((num(14 + k) - share).abs() < 1e-6, "{line}: {g:?}");
+                }
+            }
+        }
+        for k in 14..17 {
+            assert!(f[k].is_empty() || (0.0..=1.0).contains(&num(k)), "{line}");
         }
     }
     assert!(lines.iter().any(|l| l.contains(",tracked,")), "{csv}");

@@ -173,6 +173,25 @@ impl Agreement {
     }
 }
 
+impl Syntax {
+    /// Per [`Construction`] in [`Construction::ALL`]'s order: the verbs of the text, and how
+    /// many of them agree with their subject as written (a parse does not check numbers, so
+    /// a sentence that disagrees counts its verbs too).
+    pub fn agreement_counts(&self) -> [(usize, usize); 3] {
+        let mut counts = [(0, 0); 3];
+        for a in &self.agreements {
+            let construction = a.construction(&self.words);
+            let k = Construction::ALL
+                .iter()
+                .position(|&c| c == construction)
+                .expect("every construction is listed");
+            counts[k].0 += 1;
+            counts[k].1 += usize::from(self.words[a.verb].plural == Some(a.subject_plural));
+        }
+        counts
+    }
+}
+
 /// What stands between a verb and its subject: agreement across it is what a head must carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -479,6 +498,19 @@ mod tests {
     use crate::corpus::grammar;
 
     use Relation::*;
+
+    /// Verbs counted per construction and, of them, those that agree, read by hand off
+    /// sentences that agree and sentences that do not.
+    #[test]
+    fn agreement_counts_count_verbs_that_agree_per_construction() {
+        // PP: "runs" agrees, "run" does not; RC: "sees"/"see" (nothing between) and the main
+        // verb across the clause; nothing: "sleeps".
+        let text = "the dog near the cats runs. the dog near the cats run. the dogs that the \
+                    spy see run. the quiet spy sleeps.";
+        let s = parse_text(text).unwrap();
+        // [prepositional, relative, nothing]: (verbs, agreeing).
+        assert_eq!(s.agreement_counts(), [(2, 1), (1, 1), (2, 1)]);
+    }
 
     /// Each verb's construction, read by hand off sentences of each kind.
     #[test]

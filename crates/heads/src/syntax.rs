@@ -737,6 +737,9 @@ pub struct Sampled {
     pub well_formed: f64,
     /// Share well-formed with every determiner and verb agreeing.
     pub agreeing: f64,
+    /// In the well-formed ones, per construction ([`Construction::ALL`]'s order): verbs, and
+    /// of them those that agree.
+    pub by_construction: [(usize, usize); 3],
 }
 
 impl Sampled {
@@ -784,6 +787,7 @@ pub fn sampled_agreement(
         sentences: g.sentences,
         well_formed: g.well_formed,
         agreeing: g.agreeing,
+        by_construction: g.by_construction,
     }))
 }
 

@@ -24,7 +24,9 @@
 //!   forced choice split by what stands between subject and verb
 //!   ([`headlab_data::syntax::Construction`]): `n_` and `accuracy_` of `prepositional` (a
 //!   prepositional phrase), `relative` (a relative clause) and `nothing` (accuracy empty where
-//!   no verb was asked).
+//!   no verb was asked); then, of the sampled well-formed sentences, the share of each
+//!   construction's verbs that agree (`agreeing_prepositional`, `agreeing_relative`,
+//!   `agreeing_nothing`; empty where none was sampled).
 //! - `syntax.json`: the same for the run's page.
 
 use std::fmt::Write as _;
@@ -80,7 +82,7 @@ pub const SYNTAX_HEADER: &str =
     "layer,head,relation,n,accuracy,mass,baseline_offset,baseline_accuracy,role";
 pub const AGREEMENT_HEADER: &str = "ablated,kind,n,accuracy,mean_p_right,sampled,well_formed,\
      agreeing,n_prepositional,accuracy_prepositional,n_relative,accuracy_relative,n_nothing,\
-     accuracy_nothing";
+     accuracy_nothing,agreeing_prepositional,agreeing_relative,agreeing_nothing";
 
 /// What [`measure`] found.
 #[derive(Debug, Clone)]
@@ -269,9 +271,24 @@ pub fn agreement_csv(sweep: &[AblationRow]) -> String {
                 format!(",{},{accuracy}", c.n)
             })
             .collect();
+        // The sampled sentences' verbs that agree, per construction.
+        let sampled_by: String = match row.sampled {
+            Some(g) => g
+                .by_construction
+                .iter()
+                .map(|&(verbs, agree)| {
+                    if verbs == 0 {
+                        ",".to_string()
+                    } else {
+                        format!(",{:.6}", agree as f64 / verbs as f64)
+                    }
+                })
+                .collect(),
+            None => ",,,".to_string(),
+        };
         writeln!(
             s,
-            "{},{kind},{},{:.6},{:.6},{sampled}{constructions}",
+            "{},{kind},{},{:.6},{:.6},{sampled}{constructions}{sampled_by}",
             heads_name(&r.ablated),
             r.n,
             r.accuracy,
@@ -477,6 +494,24 @@ pub fn summary(report: &SyntaxReport) -> String {
             c.n,
             rows.join(" ")
         );
+    }
+    if report.sweep.iter().all(|r| r.sampled.is_some()) {
+        let _ = writeln!(
+            s,
+            "  sampled sentences' verbs that agree, by construction (the same rows):"
+        );
+        for (k, c) in intact.result.by_construction.iter().enumerate() {
+            let rows: Vec<String> = report
+                .sweep
+                .iter()
+                .filter_map(|row| row.sampled)
+                .map(|g| match g.by_construction[k] {
+                    (0, _) => "-".to_string(),
+                    (verbs, agree) => headlab_train::grammar::percent(agree as f64 / verbs as f64),
+                })
+                .collect();
+            let _ = writeln!(s, "    {:<14} {}", c.construction.name(), rows.join(" "));
+        }
     }
     s
 }

@@ -3,6 +3,7 @@
 
 use headlab_data::Tokenizer;
 use headlab_data::corpus::{parse_sentence, well_formed};
+use headlab_data::syntax::parse_text;
 use headlab_model::{Gpt, Sampling};
 
 use crate::config::RunConfig;
@@ -16,6 +17,10 @@ pub struct Grammaticality {
     pub well_formed: f64,
     /// Share that are well-formed and whose every determiner and verb agrees.
     pub agreeing: f64,
+    /// In the well-formed sentences, per construction (what stands between a verb and its
+    /// subject, [`headlab_data::syntax::Construction::ALL`]'s order): verbs, and of them those
+    /// that agree.
+    pub by_construction: [(usize, usize); 3],
 }
 
 /// A share as a whole percentage, halves rounded up: the one rule of the terminal, the run
@@ -53,6 +58,7 @@ pub fn grammaticality(
         .generate_rows(&[dot, newline], n, max_new, &sampling, &[dot, newline])
         .ok()?;
     let (mut formed, mut agreeing) = (0usize, 0usize);
+    let mut by_construction = [(0usize, 0usize); 3];
     for row in &rows {
         let text = tokenizer.decode(row);
         let sentence = text.trim_start_matches(' ');
@@ -62,12 +68,19 @@ pub fn grammaticality(
         if well_formed(sentence) {
             formed += 1;
             agreeing += usize::from(parse_sentence(sentence).is_ok());
+            if let Ok(syntax) = parse_text(sentence) {
+                for (total, counts) in by_construction.iter_mut().zip(syntax.agreement_counts()) {
+                    total.0 += counts.0;
+                    total.1 += counts.1;
+                }
+            }
         }
     }
     Some(Grammaticality {
         sentences: n,
         well_formed: formed as f64 / n as f64,
         agreeing: agreeing as f64 / n as f64,
+        by_construction,
     })
 }
 
