@@ -1614,6 +1614,30 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
         1 + 1 + (lines.len() - 1) + 1,
         "{section}"
     );
+    // The sweep's forced choice by construction, as syntax.json holds it: "0.50 (12)", or a
+    // dash where no verb of it was asked.
+    let syntax: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(heads_dir.join("syntax.json")).unwrap())
+            .unwrap();
+    let sweep_table = section.split("id=\"syntax-sweep\"").nth(1).unwrap();
+    assert!(
+        sweep_table.contains("<th>across a clause</th>"),
+        "{sweep_table}"
+    );
+    for row in syntax["sweep"].as_array().unwrap() {
+        for b in row["by_construction"].as_array().unwrap() {
+            let n = b["n"].as_u64().unwrap();
+            if n > 0 {
+                // JavaScript's toFixed rounds an exact half up, Rust's format to even.
+                let a = b["accuracy"].as_f64().unwrap();
+                let cells = [a, a + 1e-9].map(|x| format!("<td>{x:.2} ({n})</td>"));
+                assert!(
+                    cells.iter().any(|c| sweep_table.contains(c)),
+                    "{cells:?}: {sweep_table}"
+                );
+            }
+        }
+    }
     let head_table = dom.split("id=\"head-table\"").nth(1).unwrap();
     let head_table = &head_table[..head_table.find("</table>").unwrap()];
     assert!(

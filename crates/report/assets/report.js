@@ -605,14 +605,19 @@ function buildSyntax() {
     tr.addEventListener('click', () => select(a.layer, a.head));
   }
   const sw = $('syntax-sweep'), sh = sw.createTHead().insertRow();
-  ['heads zeroed', 'kind', 'verbs', 'agreement (forced choice)', 'mean p(right form)', 'sampled sentences'].forEach((c, n) => sh.appendChild(el('th', n < 2 ? 'txt' : '', c)));
+  // The forced choice also by what stands between subject and verb (agreement.csv's split).
+  const CONSTRUCTIONS = [['prepositional', 'across a phrase'], ['relative', 'across a clause'], ['nothing', 'nothing between']];
+  ['heads zeroed', 'kind', 'verbs', 'agreement (forced choice)', ...CONSTRUCTIONS.map(c => c[1]), 'mean p(right form)', 'sampled sentences'].forEach((c, n) => sh.appendChild(el('th', n < 2 ? 'txt' : '', c)));
   const sb = sw.createTBody();
   const pct = g => (g && g.well_formed > 0
     ? `${Math.round(100 * g.well_formed)}% well-formed, ${Math.round(100 * g.agreeing / g.well_formed)}% of those agree` : '–');
   for (const r of X.sweep || []) {
     const tr = sb.insertRow();
+    const by = c => (r.by_construction || []).find(b => b.construction === c[0]);
+    const cell = c => { const b = by(c); return el('td', '', b && b.n ? `${fmt(b.accuracy, 2)} (${b.n})` : '–'); };
     tr.append(el('td', 'txt', r.ablated), el('td', 'txt', r.kind), el('td', '', r.n),
-      el('td', '', fmt(r.accuracy, 2)), el('td', '', fmt(r.mean_p_right, 2)), el('td', '', pct(r.sampled)));
+      el('td', '', fmt(r.accuracy, 2)), ...CONSTRUCTIONS.map(cell), el('td', '', fmt(r.mean_p_right, 2)),
+      el('td', '', pct(r.sampled)));
   }
 }
 
