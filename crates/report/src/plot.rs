@@ -141,32 +141,7 @@ pub fn line_chart_styled(
         .x_label_formatter(&|x| tick(*x))
         .draw()
         .map_err(|e| err(&e))?;
-    for (s, look) in series {
-        let color = look.color;
-        let style = if s.faint {
-            color.mix(0.35).stroke_width(1)
-        } else {
-            color.stroke_width(2)
-        };
-        let points = s.points.iter().copied().filter(|p| p.1.is_finite());
-        let size = if look.markers { 5 } else { 0 };
-        chart
-            .draw_series(LineSeries::new(points, style).point_size(size))
-            .map_err(|e| err(&e))?
-            .label(s.label.clone())
-            .legend(move |(x, y)| {
-                EmptyElement::at((x, y))
-                    + PathElement::new(vec![(0, 0), (18, 0)], style)
-                    + Circle::new((9, 0), size, color.filled())
-            });
-    }
-    chart
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .label_font(("sans-serif", 14))
-        .draw()
-        .map_err(|e| err(&e))?;
+    draw_lines(&mut chart, series, &|p| p.1.is_finite()).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }

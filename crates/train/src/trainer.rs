@@ -259,6 +259,10 @@ pub struct TrainSummary {
     pub stopped: bool,
     /// The run's data, for analysis after training without reading its text again.
     pub dataset: Dataset,
+    /// The run's mark ([`crate::run::mark_training`]), held while any clone of the summary
+    /// lives: what the caller does after training (the head table, the page) reads the
+    /// run's checkpoints, which a second process must not replace meanwhile.
+    pub mark: Option<std::sync::Arc<TrainingMark>>,
 }
 
 impl RunResult {
@@ -412,12 +416,14 @@ pub fn train(
 ) -> Result<TrainSummary, TrainError> {
     let run = options.out.clone();
     // The run's mark is held until its failure, if any, is explained below.
-    let (resolved, _mark) = resolve_run(&options).map_err(|e| explain_failure(e, &run, false))?;
+    let (resolved, mark) = resolve_run(&options).map_err(|e| explain_failure(e, &run, false))?;
     let backend: BackendKind = resolved.1.train.backend.parse()?;
-    headlab_kernels::with_kernels(backend.kernels(), || {
+    let mut summary = headlab_kernels::with_kernels(backend.kernels(), || {
         train_resolved(resolved, backend, options, observers)
     })
-    .map_err(|e| explain_failure(e, &run, true))
+    .map_err(|e| explain_failure(e, &run, true))?;
+    summary.mark = Some(std::sync::Arc::new(mark));
+    Ok(summary)
 }
 
 /// Says what a failed write of `run` means when the disk is full ([`TrainError::DiskFull`])
@@ -620,6 +626,7 @@ fn train_resolved(
         result,
         stopped,
         dataset,
+        mark: None,
     })
 }
 
