@@ -107,16 +107,7 @@ pub fn line_chart_styled(
         .iter()
         .flat_map(|(s, _)| s.points.iter())
         .filter(|p| p.1.is_finite());
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for &(x, y) in all {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        y0 = y0.min(y);
-        y1 = y1.max(y);
-    }
-    if x0 > x1 {
-        (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
-    }
+    let (x0, mut x1, y0, y1) = bounds(all, (0.0, 1.0, 0.0, 1.0));
     if x1 - x0 < 1e-9 {
         x1 = x0 + 1.0;
     }
@@ -144,6 +135,18 @@ pub fn line_chart_styled(
     draw_lines(&mut chart, series, &|p| p.1.is_finite()).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+/// The smallest and largest x and y of `points` (`x0, x1, y0, y1`), or `empty` without any.
+fn bounds<'a>(
+    points: impl Iterator<Item = &'a (f64, f64)>,
+    empty: (f64, f64, f64, f64),
+) -> (f64, f64, f64, f64) {
+    let start = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
+    let b = points.fold(start, |(x0, x1, y0, y1), &(x, y)| {
+        (x0.min(x), x1.max(x), y0.min(y), y1.max(y))
+    });
+    if b.0 > b.1 { empty } else { b }
 }
 
 /// Whether `v` is a whole power of ten (1, 10, 100, 0.1, ...), up to float error.
@@ -191,16 +194,8 @@ fn draw_log<DB: DrawingBackend>(
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
     ensure_font();
     let kept = |p: &&(f64, f64)| p.0 > 0.0 && p.1.is_finite() && (!log_y || p.1 > 0.0);
-    let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-    for &(x, y) in series.iter().flat_map(|s| s.points.iter()).filter(kept) {
-        x0 = x0.min(x);
-        x1 = x1.max(x);
-        y0 = y0.min(y);
-        y1 = y1.max(y);
-    }
-    if x0 > x1 {
-        (x0, x1, y0, y1) = (1.0, 10.0, 0.1, 1.0);
-    }
+    let all = series.iter().flat_map(|s| s.points.iter()).filter(kept);
+    let (x0, x1, y0, y1) = bounds(all, (1.0, 10.0, 0.1, 1.0));
     let (x0, x1) = decades(x0, x1);
     root.fill(&WHITE)?;
     let styled: Vec<(Series, Style)> = series
