@@ -308,6 +308,50 @@ fn data_errors_name_the_file_and_write_nothing() {
     );
 }
 
+/// The word tokenizer refuses a text of more distinct words than its bound, and a prompt
+/// word its vocabulary lacks, naming it and what to do instead.
+#[test]
+fn word_tokenizer_errors_name_the_word_or_the_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let many: String = (0..5000).map(|i| format!("w{i} x{} y.\n", i % 7)).collect();
+    std::fs::write(dir.join("many.txt"), many).unwrap();
+    fails(
+        dir,
+        &train_args(&[
+            "--set",
+            "data.path=many.txt",
+            "--set",
+            "data.tokenizer=word",
+        ]),
+        &["distinct words", "4096", "data.tokenizer = \"bpe\""],
+    );
+    let mut args = vec!["train", "--out", "w"];
+    args.extend_from_slice(&TINY);
+    args.extend_from_slice(&["--set", "data.tokenizer=word"]);
+    let out = headlab(&args, dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fails(
+        dir,
+        &["sample", "w", "--prompt", "the zebra"],
+        &[
+            "--prompt",
+            "word \" zebra\"",
+            "column 4",
+            "data.tokenizer = \"bpe\"",
+        ],
+    );
+    fails(
+        dir,
+        &["sample", "w", "--prompt", "the spy "],
+        &["whitespace \" \"", "end the text with a word"],
+    );
+}
+
 #[test]
 fn run_and_checkpoint_errors_name_the_file_and_change_nothing() {
     let tmp = tempfile::tempdir().unwrap();

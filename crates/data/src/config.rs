@@ -24,13 +24,15 @@ pub struct DataConfig {
     pub builtin: Option<String>,
     /// Characters of built-in corpus to generate. Default 200000.
     pub builtin_chars: usize,
-    /// `char`, `byte` or `bpe`. Default `char`.
+    /// `char`, `byte`, `bpe` or `word` (one token per word of the training split, at most
+    /// 4096 words). Default `char`.
     pub tokenizer: TokenizerKind,
-    /// Tokens of the `bpe` tokenizer (256 bytes plus merges), 256 to 65536; char and byte
+    /// Tokens of the `bpe` tokenizer (256 bytes plus merges), 256 to 65536; the others
     /// ignore it. Default 1024.
     pub vocab_size: usize,
-    /// Fraction of the tokens (the end of the text; for `bpe`, of the characters) held out
-    /// for validation. Default 0.1.
+    /// Fraction of the tokens (the end of the text; for `bpe`, of the characters; for
+    /// `word`, of the characters, the cut moved on to the next whitespace) held out for
+    /// validation. Default 0.1.
     pub val_fraction: f64,
     /// Sequence length of the `induction` corpus and longest string of `copy`. Default 16.
     pub induction_len: usize,

@@ -143,8 +143,8 @@ impl Dataset {
 
     /// Builds a tokenizer of `kind` for `text` and tokenizes and splits the text with it.
     /// A char vocabulary comes from the whole text (as in nanoGPT); a byte-level BPE of at
-    /// most `vocab_size` tokens is trained on the training split only, so validation text
-    /// stays unseen. `vocab_size` is ignored by the other kinds.
+    /// most `vocab_size` tokens and a word vocabulary come from the training split only, so
+    /// validation text stays unseen. `vocab_size` is ignored by the other kinds.
     pub fn build(
         text: &str,
         kind: TokenizerKind,
@@ -159,6 +159,7 @@ impl Dataset {
             TokenizerKind::Bpe => {
                 Tokenizer::train_bpe(split_text(text, val_fraction).0, vocab_size)
             }
+            TokenizerKind::Word => Tokenizer::train_words(split_words(text, val_fraction).0),
             _ => Tokenizer::for_corpus(kind, text),
         }
         .map_err(|source| DataError::Tokenize {
@@ -179,7 +180,8 @@ impl Dataset {
     ///
     /// Char and byte tokens are split like nanoGPT: the first `1 - val_fraction` of the
     /// tokens train. A BPE splits the text first, at `1 - val_fraction` of its characters
-    /// (the same text a char model validates on), and encodes each part.
+    /// (the same text a char model validates on), and encodes each part; a word tokenizer
+    /// moves that cut to the next whitespace, so no word is cut in two.
     pub fn with_tokenizer(
         text: &str,
         tokenizer: Tokenizer,
@@ -196,9 +198,16 @@ impl Dataset {
         };
         // Each split is encoded on its own, into storage of its own size: never the whole
         // text's ids and then a copy of a part.
+        let mut chars = None;
         let (train, val) = match tokenizer.kind() {
             TokenizerKind::Bpe => {
                 let (train, val) = split_text(text, val_fraction);
+                (encode(train)?, encode(val)?)
+            }
+            // Counted from the text: an unknown word's length is not in its id.
+            TokenizerKind::Word => {
+                let (train, val) = split_words(text, val_fraction);
+                chars = Some([train.chars().count(), val.chars().count()]);
                 (encode(train)?, encode(val)?)
             }
             TokenizerKind::Char => {
@@ -224,10 +233,12 @@ impl Dataset {
                 (ids(train), ids(val))
             }
         };
-        let chars = [
-            tokenizer.char_count_of(&train),
-            tokenizer.char_count_of(&val),
-        ];
+        let chars = chars.unwrap_or_else(|| {
+            [
+                tokenizer.char_count_of(&train),
+                tokenizer.char_count_of(&val),
+            ]
+        });
         Ok(Self {
             tokenizer,
             train,
@@ -281,6 +292,20 @@ impl Dataset {
 
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    /// The share of `split`'s tokens that are the word tokenizer's unknown word (words its
+    /// training split lacks); `None` for the other tokenizers, which encode every text.
+    pub fn unknown_share(&self, split: Split) -> Option<f64> {
+        let Tokenizer::Word { huggingface } = &self.tokenizer else {
+            return None;
+        };
+        let ids = self.tokens(split);
+        let unknown = ids
+            .iter()
+            .filter(|&id| id == huggingface.unknown_id())
+            .count();
+        Some(unknown as f64 / ids.len().max(1) as f64)
     }
 
     /// Where the data came from, for logs.
@@ -373,6 +398,7 @@ fn encode_shown(tokenizer: &Tokenizer, text: &str) -> Result<TokenIds, Tokenizer
     // bytes; the vector grows if not.
     let capacity = match tokenizer.kind() {
         TokenizerKind::Bpe => text.len() / 2,
+        TokenizerKind::Word => text.len() / 3,
         _ => text.len(),
     };
     let mut ids = TokenIds::for_vocab(tokenizer.vocab_size(), capacity);
@@ -444,6 +470,14 @@ pub fn split_text(text: &str, val_fraction: f64) -> (&str, &str) {
         .nth(n_train)
         .map_or(text.len(), |(i, _)| i);
     text.split_at(at)
+}
+
+/// [`split_text`] with the cut moved on to the next whitespace character (or the end), so
+/// the word it fell in stays whole in the training split.
+pub fn split_words(text: &str, val_fraction: f64) -> (&str, &str) {
+    let (train, val) = split_text(text, val_fraction);
+    let more = val.find(char::is_whitespace).unwrap_or(val.len());
+    text.split_at(train.len() + more)
 }
 
 fn check_val_fraction(val_fraction: f64) -> Result<(), DataError> {
@@ -535,6 +569,8 @@ mod tests {
                         d.tokenizer().encode(b).unwrap(),
                     )
                 }
+                // One word with no space to cut at: all of it trains.
+                TokenizerKind::Word => (whole.clone(), Vec::new()),
                 _ => (whole[..4500].to_vec(), whole[4500..].to_vec()),
             };
             assert_eq!(ids(&d, Split::Train), train, "{kind}");
@@ -621,6 +657,62 @@ mod tests {
             Dataset::from_text("abc", TokenizerKind::Char, 1.0, "t"),
             Err(DataError::ValFraction(_))
         ));
+    }
+
+    #[test]
+    fn word_tokens_give_every_built_in_corpus_back_or_refuse_it() {
+        use crate::word::MAX_WORD_VOCAB;
+        let mut accepted = Vec::new();
+        for corpus in BuiltinCorpus::ALL {
+            let data = DataConfig {
+                builtin: Some(corpus.name().to_string()),
+                builtin_chars: 50_000,
+                ..DataConfig::default()
+            };
+            let (text, _) = load_text(&data, 7).unwrap();
+            match Tokenizer::train_words(&text) {
+                Ok(t) => {
+                    let ids = t.encode(&text).unwrap();
+                    assert!(t.decode(&ids) == text, "{corpus}: the decoded text differs");
+                    assert!(t.vocab_size() <= MAX_WORD_VOCAB);
+                    accepted.push(corpus);
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    assert!(
+                        msg.contains("distinct words") && msg.contains("\"bpe\""),
+                        "{corpus}: {msg}"
+                    );
+                }
+            }
+        }
+        // The grammars' validation words are all in their training split, and the splits
+        // give the text back: no word is cut in two where they meet.
+        for corpus in [BuiltinCorpus::Grammar, BuiltinCorpus::Attach] {
+            assert!(accepted.contains(&corpus), "{accepted:?}");
+            let text = corpus.generate(7, 50_000, 0);
+            let d = Dataset::build(&text, TokenizerKind::Word, 0, 0.1, corpus.name()).unwrap();
+            let t = d.tokenizer();
+            assert_eq!(d.unknown_share(Split::Val), Some(0.0), "{corpus}");
+            let back = t.decode(&ids(&d, Split::Train)) + &t.decode(&ids(&d, Split::Val));
+            assert!(back == text, "{corpus}: the decoded splits differ");
+            assert_eq!(
+                d.chars(Split::Train) + d.chars(Split::Val),
+                text.chars().count()
+            );
+        }
+    }
+
+    #[test]
+    fn word_validation_counts_its_unknown_words() {
+        let text = "the dog runs. the cat runs. the dog sees the cat. the cow runs.";
+        let d = Dataset::build(text, TokenizerKind::Word, 0, 0.2, "t").unwrap();
+        // The cut, 50 characters in, falls before "the cow": it moves on to the space after
+        // "the", so val is " cow runs.", one unknown word of three.
+        assert_eq!(d.tokenizer().decode(&ids(&d, Split::Val)), "<unk> runs.");
+        assert_eq!(d.unknown_share(Split::Val), Some(1.0 / 3.0));
+        assert_eq!(d.chars(Split::Val), " cow runs.".len());
+        assert_eq!(d.unknown_share(Split::Train), Some(0.0));
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //!
 //! - [`corpus`]: the built-in corpora headlab generates (grammar, induction, copy, lookup, attach), with the
 //!   grammar's parser so generated text can be checked.
-//! - [`tokenizer`]: char, byte and byte-level BPE tokenizers behind one [`Tokenizer`].
+//! - [`tokenizer`]: char, byte, byte-level BPE and word ([`word`]) tokenizers behind one
+//!   [`Tokenizer`].
 //! - [`config`]: the `[data]` section of a run config ([`DataConfig`]).
 //! - [`dataset`]: tokenized train/val splits and random windows ([`Dataset`]), their ids
 //!   stored two bytes each where the vocabulary allows ([`ids`]).
@@ -19,6 +20,7 @@ pub mod ids;
 pub mod modular;
 pub mod syntax;
 pub mod tokenizer;
+pub mod word;
 
 pub use batch::{STREAM_BATCH, STREAM_DEVICE, STREAM_EVAL, batch_tensors, ids_tensor, mix_seed};
 pub use config::{DataConfig, DataConfigError, DataSource};

@@ -1,12 +1,13 @@
-//! Tokenizers: characters (nanoGPT's `shakespeare_char`), raw UTF-8 bytes, or a byte-level
-//! BPE trained with Hugging Face's `tokenizers` crate.
+//! Tokenizers: characters (nanoGPT's `shakespeare_char`), raw UTF-8 bytes, a byte-level BPE
+//! trained with Hugging Face's `tokenizers` crate, or words ([`crate::word`]).
 //!
 //! The tokenizer is saved next to every checkpoint as `tokenizer.json`, because a char
 //! vocabulary and a BPE depend on the corpus they were built from: sampling or probing a
 //! run with a rebuilt vocabulary would silently shuffle token ids.
 //!
 //! A BPE is stored as `{"kind": "bpe", "huggingface": {...}}`, where the inner object is
-//! the Hugging Face `tokenizer.json` itself (loadable by `Tokenizer.from_str` in Python).
+//! the Hugging Face `tokenizer.json` itself (loadable by `Tokenizer.from_str` in Python); a
+//! word tokenizer likewise as `{"kind": "word", "huggingface": {...}}`.
 
 use std::fmt;
 // Log lines go to stderr with `let _ = writeln!`: a reader that went away must not end a run.
@@ -18,6 +19,7 @@ use std::sync::LazyLock;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::ids::TokenIds;
+use crate::word::{WordError, WordTokenizer};
 use tokenizers::models::bpe::{BPE, BpeTrainerBuilder};
 use tokenizers::normalizers::NormalizerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -39,12 +41,19 @@ pub enum TokenizerKind {
     /// Byte-level BPE with `data.vocab_size` tokens, trained on the training split: the 256
     /// bytes plus merged byte sequences, any UTF-8 text.
     Bpe,
+    /// One token per word of the training split, with the space before it (" dog"), and one
+    /// per punctuation mark and newline; at most 4096 ([`crate::word::MAX_WORD_VOCAB`]).
+    Word,
 }
 
 impl TokenizerKind {
     /// Every kind, for error messages and `--help`.
-    pub const ALL: [TokenizerKind; 3] =
-        [TokenizerKind::Char, TokenizerKind::Byte, TokenizerKind::Bpe];
+    pub const ALL: [TokenizerKind; 4] = [
+        TokenizerKind::Char,
+        TokenizerKind::Byte,
+        TokenizerKind::Bpe,
+        TokenizerKind::Word,
+    ];
 
     /// The name used in configs and on the command line.
     pub fn name(self) -> &'static str {
@@ -52,6 +61,7 @@ impl TokenizerKind {
             TokenizerKind::Char => "char",
             TokenizerKind::Byte => "byte",
             TokenizerKind::Bpe => "bpe",
+            TokenizerKind::Word => "word",
         }
     }
 }
@@ -106,7 +116,7 @@ pub enum TokenizerError {
         column: usize,
         vocab_size: usize,
     },
-    #[error("unknown tokenizer {0:?}; valid tokenizers: char, byte, bpe")]
+    #[error("unknown tokenizer {0:?}; valid tokenizers: char, byte, bpe, word")]
     UnknownKind(String),
     #[error(
         "data.vocab_size = {0} is out of range for a byte-level BPE: it must be from 256 \
@@ -115,6 +125,10 @@ pub enum TokenizerError {
     BpeVocabSize(usize),
     #[error("byte-level BPE: {0}")]
     Bpe(String),
+    /// Boxed: its unknown-word case would double the size of every `Result` that carries
+    /// this error.
+    #[error(transparent)]
+    Word(Box<WordError>),
     /// A tokenizer from another tool that headlab cannot use as it is.
     #[error("not a tokenizer headlab can read: {0}")]
     Foreign(String),
@@ -133,6 +147,12 @@ pub enum TokenizerError {
         path: PathBuf,
         source: serde_json::Error,
     },
+}
+
+impl From<WordError> for TokenizerError {
+    fn from(e: WordError) -> Self {
+        TokenizerError::Word(Box::new(e))
+    }
 }
 
 /// A sorted, duplicate-free character list; sortedness is what makes lookup a binary
@@ -197,6 +217,9 @@ pub enum Tokenizer {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         whole_text: bool,
     },
+    /// Words of the training split ([`crate::word`]); a word it lacks encodes as id 0 in data
+    /// and is an error in a prompt.
+    Word { huggingface: Box<WordTokenizer> },
 }
 
 impl Tokenizer {
@@ -245,7 +268,15 @@ impl Tokenizer {
             TokenizerKind::Char => Self::char_from_corpus(corpus),
             TokenizerKind::Byte => Ok(Self::byte()),
             TokenizerKind::Bpe => Self::train_bpe(corpus, DEFAULT_BPE_VOCAB),
+            TokenizerKind::Word => Self::train_words(corpus),
         }
+    }
+
+    /// A word tokenizer of the words of `corpus` ([`WordTokenizer::train`]).
+    pub fn train_words(corpus: &str) -> Result<Self, TokenizerError> {
+        Ok(Tokenizer::Word {
+            huggingface: Box::new(WordTokenizer::train(corpus)?),
+        })
     }
 
     pub fn kind(&self) -> TokenizerKind {
@@ -253,6 +284,7 @@ impl Tokenizer {
             Tokenizer::Char { .. } => TokenizerKind::Char,
             Tokenizer::Byte => TokenizerKind::Byte,
             Tokenizer::Bpe { .. } => TokenizerKind::Bpe,
+            Tokenizer::Word { .. } => TokenizerKind::Word,
         }
     }
 
@@ -271,6 +303,7 @@ impl Tokenizer {
         };
         let (pre_tokenizer, model, decoder) = match self {
             Tokenizer::Bpe { huggingface, .. } => return huggingface.to_huggingface_json(),
+            Tokenizer::Word { huggingface } => return huggingface.to_huggingface_json(),
             Tokenizer::Char { vocab } => (
                 serde_json::json!({
                     "type": "Split", "pattern": { "Regex": "[\\s\\S]" },
@@ -319,7 +352,10 @@ impl Tokenizer {
             serde_json::from_str(json).map_err(|e| foreign(format!("it is not JSON ({e})")))?;
         let model = &value["model"];
         match model["type"].as_str() {
-            Some("WordLevel") => {
+            Some("WordLevel")
+                if value["pre_tokenizer"]["type"] != "Split"
+                    || value["pre_tokenizer"]["pattern"]["Regex"] != crate::word::WORD_PATTERN =>
+            {
                 let vocab = model["vocab"]
                     .as_object()
                     .ok_or_else(|| foreign("its WordLevel model has no vocab".into()))?;
@@ -347,6 +383,14 @@ impl Tokenizer {
                 let chars = chars.ok_or_else(|| foreign("two entries share an id".into()))?;
                 let vocab = CharVocab::try_from(chars).map_err(foreign)?;
                 Ok(Tokenizer::Char { vocab })
+            }
+            // A word tokenizer headlab wrote: its pre-tokenizer is the word pattern's Split.
+            Some("WordLevel") => {
+                let hf =
+                    tokenizers::Tokenizer::from_str(json).map_err(|e| foreign(e.to_string()))?;
+                Ok(Tokenizer::Word {
+                    huggingface: Box::new(WordTokenizer::from_hf(hf).map_err(foreign)?),
+                })
             }
             Some("BPE") => {
                 let no_merges = model["merges"].as_array().is_some_and(|m| m.is_empty());
@@ -415,11 +459,12 @@ impl Tokenizer {
             Tokenizer::Char { vocab } => vocab.chars.len(),
             Tokenizer::Byte => 256,
             Tokenizer::Bpe { huggingface, .. } => huggingface.vocab_size(),
+            Tokenizer::Word { huggingface } => huggingface.vocab_size(),
         }
     }
 
-    /// Encodes `text`; fails on the first character a char vocabulary lacks (byte and BPE
-    /// encode any text).
+    /// Encodes `text`; fails on the first character a char vocabulary lacks, or the first
+    /// word a word vocabulary lacks (byte and BPE encode any text).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
         match self {
             Tokenizer::Byte => Ok(text.bytes().map(u32::from).collect()),
@@ -427,6 +472,7 @@ impl Tokenizer {
                 huggingface,
                 whole_text,
             } => huggingface.encode(text, *whole_text),
+            Tokenizer::Word { huggingface } => Ok(huggingface.encode(text, true)?),
             Tokenizer::Char { vocab } => {
                 let mut ids = Vec::with_capacity(text.len());
                 for (index, ch) in text.chars().enumerate() {
@@ -442,7 +488,8 @@ impl Tokenizer {
 
     /// Encodes `text` onto the end of `out`, a piece at a time (no second copy of a large
     /// text's ids), telling `progress` how many bytes of `text` are done after each piece.
-    /// The same ids and the same errors as [`Tokenizer::encode`].
+    /// The same ids and the same errors as [`Tokenizer::encode`], except that a word the word
+    /// vocabulary lacks becomes its unknown id (data may have words its training split lacks).
     pub fn encode_into(
         &self,
         text: &str,
@@ -488,6 +535,20 @@ impl Tokenizer {
                     progress(i * piece + bytes.len());
                 }
             }
+            // Pieces end after a newline, which no word crosses.
+            Tokenizer::Word { huggingface } => {
+                let mut start = 0;
+                while start < text.len() {
+                    let from = (start + piece).min(text.len());
+                    let end = text.as_bytes()[from..]
+                        .iter()
+                        .position(|&b| b == b'\n')
+                        .map_or(text.len(), |i| from + i + 1);
+                    out.push_all(&huggingface.encode(&text[start..end], false)?);
+                    progress(end);
+                    start = end;
+                }
+            }
             // An imported BPE encodes a text whole: its tokens may cross lines.
             Tokenizer::Bpe {
                 whole_text: true, ..
@@ -525,6 +586,10 @@ impl Tokenizer {
             Tokenizer::Byte | Tokenizer::Bpe { .. } => {
                 String::from_utf8_lossy(&self.decode_token_bytes(ids)).into_owned()
             }
+            Tokenizer::Word { huggingface } => ids
+                .iter()
+                .map(|&id| huggingface.word(id).unwrap_or("\u{FFFD}"))
+                .collect(),
         }
     }
 
@@ -558,7 +623,7 @@ impl Tokenizer {
                 }
                 out
             }
-            Tokenizer::Char { .. } => self.decode(ids).into_bytes(),
+            Tokenizer::Char { .. } | Tokenizer::Word { .. } => self.decode(ids).into_bytes(),
         }
     }
 
@@ -588,6 +653,13 @@ impl Tokenizer {
                         .map_or(1, |b| b.iter().filter(|&&b| starts_char(b)).count())
                 })
                 .sum(),
+            // The unknown word stands for one word of unknown length: counted as one.
+            Tokenizer::Word { huggingface } => ids
+                .map(|id| match huggingface.word(id) {
+                    Some(w) if id != huggingface.unknown_id() => w.chars().count(),
+                    _ => 1,
+                })
+                .sum(),
         }
     }
 
@@ -597,11 +669,20 @@ impl Tokenizer {
     /// A BPE token shows its decoded text the same way, e.g. `·the` or `,\n`; bytes that are
     /// only part of a character show as `\xNN`.
     pub fn token_text(&self, id: u32) -> String {
-        if let Tokenizer::Bpe { huggingface, .. } = self {
-            return match huggingface.token_bytes(id) {
-                None => format!("<{id}?>"),
-                Some(bytes) => visible_bytes(bytes),
-            };
+        match self {
+            Tokenizer::Bpe { huggingface, .. } => {
+                return match huggingface.token_bytes(id) {
+                    None => format!("<{id}?>"),
+                    Some(bytes) => visible_bytes(bytes),
+                };
+            }
+            Tokenizer::Word { huggingface } => {
+                return match huggingface.word(id) {
+                    None => format!("<{id}?>"),
+                    Some(w) => w.chars().map(visible_char).collect(),
+                };
+            }
+            _ => {}
         }
         let ch = match self {
             Tokenizer::Char { vocab } => vocab.chars.get(id as usize).copied(),
@@ -610,7 +691,7 @@ impl Tokenizer {
                 Ok(b) => return format!("\\x{b:02X}"),
                 Err(_) => None,
             },
-            Tokenizer::Bpe { .. } => None,
+            Tokenizer::Bpe { .. } | Tokenizer::Word { .. } => None,
         };
         match ch {
             None => format!("<{id}?>"),
@@ -1010,6 +1091,7 @@ mod tests {
             Tokenizer::char_from_corpus(text).unwrap(),
             Tokenizer::byte(),
             small_bpe(),
+            Tokenizer::train_words(text).unwrap(),
         ] {
             let json = tokenizer.to_huggingface_json();
             let hf = tokenizers::Tokenizer::from_str(&json)
@@ -1022,6 +1104,10 @@ mod tests {
                 tokenizer.kind()
             );
             assert_eq!(hf.decode(encoding.get_ids(), false).unwrap(), text);
+            // A BPE read back encodes whole texts, as any imported one does.
+            if tokenizer.kind() != TokenizerKind::Bpe {
+                assert_eq!(Tokenizer::from_huggingface_json(&json).unwrap(), tokenizer);
+            }
         }
         // GPT-2's table: printable bytes are themselves, the rest follow U+0100 in order.
         assert_eq!(gpt2_byte_char(b'A'), 'A');
@@ -1398,7 +1484,12 @@ mod tests {
                 r#"{"kind":"char","vocab":["b","a"]}"#.to_string(),
                 "",
             ),
-            ("kind.json", r#"{"kind":"word"}"#.to_string(), "bpe"),
+            ("kind.json", r#"{"kind":"wordpiece"}"#.to_string(), "bpe"),
+            (
+                "word-empty.json",
+                r#"{"kind":"word"}"#.to_string(),
+                "huggingface",
+            ),
         ]
         .into_iter()
         .chain(broken)
@@ -1426,9 +1517,13 @@ mod tests {
             TokenizerKind::Byte
         );
         assert_eq!("bpe".parse::<TokenizerKind>().unwrap(), TokenizerKind::Bpe);
-        let msg = "word".parse::<TokenizerKind>().unwrap_err().to_string();
+        assert_eq!(
+            "word".parse::<TokenizerKind>().unwrap(),
+            TokenizerKind::Word
+        );
+        let msg = "words".parse::<TokenizerKind>().unwrap_err().to_string();
         assert!(
-            msg.contains("word") && msg.contains("char, byte, bpe"),
+            msg.contains("words") && msg.contains("char, byte, bpe, word"),
             "{msg}"
         );
     }

@@ -30,7 +30,7 @@ use headlab_data::syntax::{
     Agreement, Arc, BASELINE_MAX_OFFSET, Baseline, Construction, Relation, Syntax, SyntaxError,
     fixed_offset_baseline, parse_syntax, parse_text,
 };
-use headlab_data::{Dataset, Split, Tokenizer, TokenizerError, ids_tensor};
+use headlab_data::{Dataset, Split, Tokenizer, TokenizerError, TokenizerKind, ids_tensor};
 use headlab_kernels::to_host;
 use headlab_model::{ForwardOptions, Gpt};
 use headlab_train::grammar::grammaticality;
@@ -594,7 +594,7 @@ fn head_mask(
 /// verb's boundary ("runs." against "run."), scored by `log p` of the tokens from where the
 /// two part (for a char-level model: `log p("s") + log p(".")` after "run" against
 /// `log p(".")`). The boundary makes the plural form a whole word rather than a prefix of
-/// the singular. The heads in `ablate` are zeroed (the model's head mask). The context is the
+/// the singular; a word tokenizer needs none (" runs" against " run", one token each). The heads in `ablate` are zeroed (the model's head mask). The context is the
 /// probe's text before the verb, up to `block_size` tokens in all.
 pub fn forced_choice(
     model: &Gpt,
@@ -621,7 +621,12 @@ pub fn forced_choice(
         // The token holding the verb's first byte may hold the space before it (BPE).
         let c = probe.token_at(verb.start);
         let lead = &probe.text[probe.starts[c]..verb.start];
-        let boundary = &probe.text[verb.end..verb.end + 1];
+        // A word tokenizer's verb is one whole token, and a lone space is no word of its
+        // vocabulary: its choice is between the two verb tokens alone.
+        let boundary = match tokenizer.kind() {
+            TokenizerKind::Word => "",
+            _ => &probe.text[verb.end..verb.end + 1],
+        };
         let encode =
             |plural: bool| tokenizer.encode(&format!("{lead}{}{boundary}", a.forms.form(plural)));
         let (right, wrong) = (encode(a.subject_plural)?, encode(!a.subject_plural)?);

@@ -723,6 +723,57 @@ mod tests {
         assert_ne!(bare["ids"], routes["exports"]["char"]["auto"]["ids"]);
     }
 
+    /// A word-tokenizer export as AutoTokenizer reads it (tools/word-ids.py recorded
+    /// word-ids.json): the same ids for words at a line's start and after a space, "." and
+    /// newlines, id 0 for an unknown word, and the texts back on decoding; exporting again
+    /// writes the same tokenizer files.
+    #[test]
+    fn word_exports_give_autotokenizers_ids() {
+        let fixtures =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports");
+        let record: Value =
+            serde_json::from_slice(&std::fs::read(fixtures.join("word-ids.json")).unwrap())
+                .unwrap();
+        // transformers 5's fast class, reading tokenizer.json as it is (not GPT-2's own).
+        assert_eq!(record["class"], "TokenizersBackend");
+        let dir = fixtures.join("word");
+        let imported = read_gpt2_folder(&dir).unwrap();
+        let tokenizer = &imported.tokenizer;
+        assert_eq!(tokenizer.kind(), headlab_data::TokenizerKind::Word);
+        let texts = record["texts"].as_array().unwrap();
+        assert_eq!(texts.len(), 4);
+        for (i, t) in texts.iter().enumerate() {
+            let text = t["text"].as_str().unwrap();
+            let theirs: Vec<u32> = t["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| i.as_u64().unwrap() as u32)
+                .collect();
+            if i + 1 < texts.len() {
+                assert_eq!(tokenizer.encode(text).unwrap(), theirs, "{text:?}");
+                assert_eq!(tokenizer.decode(&theirs), text);
+            } else {
+                // A prompt's unknown word is an error; data's is the unknown id, as theirs.
+                let err = tokenizer.encode(text).unwrap_err().to_string();
+                assert!(err.contains("\" zebra\""), "{err}");
+                let mut ids = headlab_data::TokenIds::for_vocab(tokenizer.vocab_size(), 8);
+                tokenizer.encode_into(text, &mut ids, &mut |_| {}).unwrap();
+                assert_eq!(ids.to_vec(0..ids.len()), theirs);
+            }
+        }
+        let model = imported.build(&Device::flex()).unwrap();
+        let out = tempfile::tempdir().unwrap();
+        export_gpt2(&model, tokenizer, &out.path().join("again"), false).unwrap();
+        for file in ["tokenizer.json", "tokenizer_config.json", "config.json"] {
+            assert_eq!(
+                std::fs::read(out.path().join("again").join(file)).ok(),
+                std::fs::read(dir.join(file)).ok(),
+                "{file} differs from the export transformers loaded"
+            );
+        }
+    }
+
     /// GPT-2's forward pass in f64, written from its definition and reading the exported
     /// file by GPT-2's tensor names in Conv1D's `[in, out]` layout: it shares no code with
     /// the model or the export.

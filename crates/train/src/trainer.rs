@@ -662,6 +662,13 @@ fn announce(
         dataset.len(Split::Val),
         dataset.tokenizer().vocab_size(),
     );
+    if let Some(share) = dataset.unknown_share(Split::Val).filter(|&s| s > 0.0) {
+        crate::log_line!(
+            "note: {:.2}% of the val split's words are not in the training split's vocabulary \
+             (each is the unknown word <unk>, and its loss counts)",
+            100.0 * share
+        );
+    }
     if let Some(adapter) = headlab_kernels::adapter_name(device) {
         crate::log_line!("{backend}: adapter {adapter}");
     }
