@@ -30,10 +30,10 @@ fn fails_with(out: &Output, parts: &[&str]) {
 
 /// A 2-layer BPE model on `text.txt`, small enough to train in seconds.
 fn train_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
-    let mut args = vec![
-        "train",
-        "--out",
-        out,
+    let mut args = vec!["train", "--out", out];
+    // First: its data.tokenizer gives way to this file's.
+    args.extend_from_slice(TINY_MODEL);
+    args.extend_from_slice(&[
         "--set",
         "data.path=text.txt",
         "--set",
@@ -50,8 +50,7 @@ fn train_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
         "train.max_iters=20",
         "--set",
         "train.eval_interval=10",
-    ];
-    args.extend_from_slice(TINY_MODEL);
+    ]);
     args.extend_from_slice(extra);
     args
 }

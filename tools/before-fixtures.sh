@@ -14,6 +14,10 @@
 #
 #   tools/before-fixtures.sh /path/to/that/target/release/headlab shakespeare-char-speedrun
 #
+# The default config's fixture was made again when it moved to word tokens (issue #66), by
+# naming it (`tools/before-fixtures.sh BINARY default`); its character run before that is
+# configs/grammar-char.toml, whose fixture is the old default.csv.
+#
 # The long track's config (shakespeare-char-long) has no fixture: it is the speedrun's
 # switches at another shape, which the speedrun's fixture already holds to their digits.
 #

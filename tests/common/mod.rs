@@ -7,8 +7,11 @@ use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
 /// The model every end-to-end test trains, as `--set`s: 2 layers, 2 heads of d_k 16, 16
-/// positions, batches of 8, no head tracking. Files add their schedule with [`tiny`].
+/// positions, batches of 8, no head tracking, on characters (the default run is on words; a
+/// test of words says so). Files add their schedule with [`tiny`].
 pub const TINY_MODEL: &[&str] = &[
+    "--set",
+    "data.tokenizer=char",
     "--set",
     "model.block_size=16",
     "--set",

@@ -22,10 +22,10 @@ pub struct DataConfig {
     /// table, `grammar` when the table is absent.
     #[serde(default)]
     pub builtin: Option<String>,
-    /// Characters of built-in corpus to generate. Default 200000.
+    /// Characters of built-in corpus to generate. Default 1000000.
     pub builtin_chars: usize,
     /// `char`, `byte`, `bpe` or `word` (one token per word of the training split, at most
-    /// 4096 words). Default `char`.
+    /// 4096 words). Default `word`.
     pub tokenizer: TokenizerKind,
     /// Tokens of the `bpe` tokenizer (256 bytes plus merges), 256 to 65536; the others
     /// ignore it. Default 1024.
@@ -43,8 +43,8 @@ impl Default for DataConfig {
         Self {
             path: None,
             builtin: Some(BuiltinCorpus::Grammar.name().to_string()),
-            builtin_chars: 200_000,
-            tokenizer: TokenizerKind::Char,
+            builtin_chars: 1_000_000,
+            tokenizer: TokenizerKind::Word,
             vocab_size: DEFAULT_BPE_VOCAB,
             val_fraction: 0.1,
             induction_len: 16,

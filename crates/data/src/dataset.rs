@@ -727,6 +727,7 @@ mod tests {
 
         let mut section = DataConfig {
             builtin_chars: 3_000,
+            tokenizer: TokenizerKind::Char,
             ..DataConfig::default()
         };
         let d = Dataset::from_config(&section, 1).unwrap();

@@ -721,6 +721,10 @@ pub enum AblationKind {
     Tracked,
     /// As many other heads as there are tracked ones.
     Control,
+    /// The syntactic head alone ([`layer_sweep`]).
+    Syntactic,
+    /// Another head of the syntactic head's layer alone ([`layer_sweep`]).
+    SameLayer,
 }
 
 /// One row of [`ablation_sweep`].
@@ -850,6 +854,37 @@ pub fn ablation_sweep(
         rows.push(run(AblationKind::Control, &heads)?);
     }
     Ok(rows)
+}
+
+/// The syntactic head `head` zeroed alone, then each other head of its layer alone, in head
+/// order: whether it, rather than any head beside it, carries agreement. Rows as
+/// [`ablation_sweep`]'s (no intact row).
+pub fn layer_sweep(
+    model: &Gpt,
+    tokenizer: &Tokenizer,
+    probe: &SyntaxProbe,
+    head: HeadId,
+    sample: (usize, u64),
+    device: &Device,
+) -> Result<Vec<AblationRow>, SyntaxScoreError> {
+    check_heads(model, &[head])?;
+    let others = (0..model.config.n_heads)
+        .map(|h| (head.0, h))
+        .filter(|&h| h != head);
+    std::iter::once(head)
+        .chain(others)
+        .map(|h| {
+            Ok(AblationRow {
+                kind: if h == head {
+                    AblationKind::Syntactic
+                } else {
+                    AblationKind::SameLayer
+                },
+                result: forced_choice(model, tokenizer, probe, &[h], device)?,
+                sampled: sampled_agreement(model, tokenizer, &[h], sample.0, sample.1)?,
+            })
+        })
+        .collect()
 }
 
 /// `max` distinct `k`-subsets of `0..n`: all of them in lexicographic order when there are
@@ -1246,6 +1281,32 @@ mod tests {
             );
         }
         assert!(tokenizer.vocab_size() < 30);
+    }
+
+    #[test]
+    fn layer_sweep_zeroes_the_head_then_each_other_head_of_its_layer_alone() {
+        let (model, tokenizer, probe, device) = setup();
+        let rows = layer_sweep(&model, &tokenizer, &probe, (1, 1), (0, 1), &device).unwrap();
+        let sets: Vec<(AblationKind, Vec<HeadId>)> = rows
+            .iter()
+            .map(|r| (r.kind, r.result.ablated.clone()))
+            .collect();
+        use AblationKind::*;
+        assert_eq!(sets, [(Syntactic, vec![(1, 1)]), (SameLayer, vec![(1, 0)])]);
+        for row in &rows {
+            // Field by field: an empty construction's accuracy is NaN, unequal to itself.
+            let alone =
+                forced_choice(&model, &tokenizer, &probe, &row.result.ablated, &device).unwrap();
+            assert_eq!(row.result.choices, alone.choices);
+            assert_eq!(
+                (row.result.n, row.result.accuracy),
+                (alone.n, alone.accuracy)
+            );
+        }
+        let msg = layer_sweep(&model, &tokenizer, &probe, (2, 0), (0, 1), &device)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("2.0"), "{msg}");
     }
 
     #[test]

@@ -15,7 +15,9 @@
 //!   words back" rule on the same arcs), `role` (`true` when accuracy beats the baseline by
 //!   [`ROLE_MARGIN`] over at least [`ROLE_MIN_ARCS`] arcs).
 //! - `agreement.csv` ([`AGREEMENT_HEADER`]), the ablation sweep: `ablated` heads (`1.1+1.2`,
-//!   `none` intact), `kind` (`intact`, `tracked`, `control`), `n` verbs whose attractor
+//!   `none` intact), `kind` (`intact`, `tracked`, `control`; where a head has a role, then
+//!   `syntactic` for the [`syntactic_head`] zeroed alone and `same-layer` for each other head
+//!   of its layer zeroed alone), `n` verbs whose attractor
 //!   differs from the subject in number, forced-choice `accuracy` (0.5 is chance) and
 //!   `mean_p_right`; then what the model writes with those heads zeroed: `sampled`
 //!   sentences (the run's `train.grammar_sentences`, at most [`SWEEP_SENTENCES`], at its
@@ -42,7 +44,7 @@ use thiserror::Error;
 use crate::syntax::{
     AblationKind, AblationRow, AgreementScore, HeadId, MAX_SENTENCES, ROLE_MARGIN, ROLE_MIN_ARCS,
     RelationScore, Sampled, SyntaxRoles, SyntaxScoreError, SyntaxScores, ablation_sweep,
-    subject_trackers, syntax_roles, syntax_scores, val_probe,
+    layer_sweep, subject_trackers, syntax_roles, syntax_scores, val_probe,
 };
 
 /// Why [`measure`] could not write its files.
@@ -137,7 +139,7 @@ pub fn measure(
         config.train.grammar_sentences.min(SWEEP_SENTENCES),
         config.train.seed,
     );
-    let sweep = ablation_sweep(
+    let mut sweep = ablation_sweep(
         model,
         tokenizer,
         &probe,
@@ -146,6 +148,16 @@ pub fn measure(
         sample,
         device,
     )?;
+    if let Some(r) = syntactic_head(&scores, &roles) {
+        sweep.extend(layer_sweep(
+            model,
+            tokenizer,
+            &probe,
+            (r.layer, r.head),
+            sample,
+            device,
+        )?);
+    }
     let report = SyntaxReport {
         sentences,
         chars: text.len(),
@@ -164,6 +176,20 @@ pub fn measure(
     write(JSON_FILE, syntax_json(&report).to_string())?;
     write(AGREEMENT_FILE, agreement_csv(&report.sweep))?;
     Ok(Some(report))
+}
+
+/// The head that beats its fixed-offset baseline by the most on any relation, among those
+/// with a role (the first such in `scores`' order on a tie): the run's syntactic head.
+pub fn syntactic_head<'a>(
+    scores: &'a SyntaxScores,
+    roles: &[SyntaxRoles],
+) -> Option<&'a RelationScore> {
+    let margin = |r: &RelationScore| r.accuracy - r.baseline.accuracy;
+    scores
+        .relations
+        .iter()
+        .filter(|r| has_role(roles, r))
+        .reduce(|best, r| if margin(r) > margin(best) { r } else { best })
 }
 
 fn head_name((layer, head): HeadId) -> String {
@@ -242,6 +268,9 @@ pub fn syntax_json(report: &SyntaxReport) -> serde_json::Value {
         "tracked": report.tracked.iter().map(|&h| head_name(h)).collect::<Vec<_>>(),
         "fallback": report.fallback,
         "sweep": sweep,
+        "syntactic": syntactic_head(&report.scores, &report.roles)
+            .map(|r| head_name((r.layer, r.head))),
+        "syntactic_line": syntactic_line(report),
         "line": one_line(report),
     })
 }
@@ -254,6 +283,8 @@ pub fn agreement_csv(sweep: &[AblationRow]) -> String {
             AblationKind::Intact => "intact",
             AblationKind::Tracked => "tracked",
             AblationKind::Control => "control",
+            AblationKind::Syntactic => "syntactic",
+            AblationKind::SameLayer => "same-layer",
         };
         let r = &row.result;
         let sampled = row.sampled.map_or(",,".to_string(), |g| {
@@ -469,6 +500,9 @@ pub fn summary(report: &SyntaxReport) -> String {
     if let Some(line) = sampled_line(&report.sweep) {
         let _ = writeln!(s, "  {line}");
     }
+    if let Some(line) = syntactic_line(report) {
+        let _ = writeln!(s, "  {}", line.replacen("; each", ";\n    each", 1));
+    }
     let _ = writeln!(
         s,
         "  forced choice by what stands between subject and verb (intact, then each row \
@@ -619,15 +653,20 @@ pub fn block(report: &SyntaxReport) -> String {
             "  zeroing heads ({} verbs whose attractor differs in number; {sampled}):",
             intact.n
         );
-        let names: Vec<String> = report
+        // The syntactic head's rows have a line of their own below.
+        let table: Vec<&AblationRow> = report
             .sweep
+            .iter()
+            .filter(|r| !matches!(r.kind, AblationKind::Syntactic | AblationKind::SameLayer))
+            .collect();
+        let names: Vec<String> = table
             .iter()
             .map(|row| match row.kind {
                 AblationKind::Intact => "intact".to_string(),
-                AblationKind::Tracked => format!("{} zeroed", heads_name(&row.result.ablated)),
                 AblationKind::Control => {
                     format!("{} zeroed (control)", heads_name(&row.result.ablated))
                 }
+                _ => format!("{} zeroed", heads_name(&row.result.ablated)),
             })
             .collect();
         let w = names.iter().map(String::len).max().unwrap_or(0);
@@ -636,7 +675,7 @@ pub fn block(report: &SyntaxReport) -> String {
             "    {:<w$} {:>13} {:>11} {:>9}",
             "", "forced choice", "well-formed", "agreeing"
         );
-        for (row, name) in report.sweep.iter().zip(&names) {
+        for (row, name) in table.iter().zip(&names) {
             let (formed, agreeing) = row.sampled.map_or(("-".into(), "-".into()), |g| {
                 (pct(g.well_formed), pct(g.agreeing_if_formed()))
             });
@@ -677,7 +716,70 @@ pub fn block(report: &SyntaxReport) -> String {
             roles.join("; ")
         );
     }
+    if let Some(line) = syntactic_line(report) {
+        let _ = writeln!(s, "  {}", line.replacen("; each", ";\n    each", 1));
+    }
     s
+}
+
+/// What zeroing the syntactic head alone does to agreement, against each other head of its
+/// layer alone: `None` without a syntactic head or its rows.
+pub fn syntactic_line(report: &SyntaxReport) -> Option<String> {
+    let head = syntactic_head(&report.scores, &report.roles)?;
+    let intact = report
+        .sweep
+        .iter()
+        .find(|r| r.kind == AblationKind::Intact)?;
+    let alone = report
+        .sweep
+        .iter()
+        .find(|r| r.kind == AblationKind::Syntactic)?;
+    let others: Vec<&AblationRow> = report
+        .sweep
+        .iter()
+        .filter(|r| r.kind == AblationKind::SameLayer)
+        .collect();
+    let agreeing = |r: &AblationRow| r.sampled.map(|g| g.agreeing_if_formed());
+    let pct = |x: Option<f64>| {
+        x.filter(|x| x.is_finite())
+            .map_or("-".to_string(), headlab_train::grammar::percent)
+    };
+    let range = |f: &dyn Fn(&AblationRow) -> Option<f64>, show: &dyn Fn(f64) -> String| {
+        let v: Vec<f64> = others
+            .iter()
+            .filter_map(|r| f(r))
+            .filter(|x| x.is_finite())
+            .collect();
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        match v.len() {
+            0 => "-".to_string(),
+            _ if show(lo) == show(hi) => show(lo),
+            _ => format!("{}-{}", show(lo), show(hi)),
+        }
+    };
+    let name = head_name((head.layer, head.head));
+    let mut line = format!(
+        "the syntactic head, {name} ({} {:.2} against {:.2}), zeroed alone: forced choice \
+         {:.2} -> {:.2}, samples agreeing {} -> {}",
+        head.relation,
+        head.accuracy,
+        head.baseline.accuracy,
+        intact.result.accuracy,
+        alone.result.accuracy,
+        pct(agreeing(intact)),
+        pct(agreeing(alone)),
+    );
+    if !others.is_empty() {
+        let _ = write!(
+            line,
+            "; each other head of layer {} zeroed alone: forced choice {}, samples agreeing {}",
+            head.layer,
+            range(&|r| Some(r.result.accuracy), &|x| format!("{x:.2}")),
+            range(&agreeing, &|x| headlab_train::grammar::percent(x)),
+        );
+    }
+    Some(line)
 }
 
 /// The heads that beat their baseline, and the subject tracker's attention and ablation, in

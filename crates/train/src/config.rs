@@ -22,7 +22,7 @@ pub use headlab_model::{GptConfig, GptConfigError, Norm, Positional};
 pub struct TrainConfig {
     /// Sequences per optimiser step (per micro-batch with `grad_accum`). Default 24.
     pub batch_size: usize,
-    /// Optimiser steps. Default 2200.
+    /// Optimiser steps. Default 2000.
     pub max_iters: usize,
     /// Peak learning rate after warm-up. Default 4e-3.
     pub lr: f64,
@@ -114,7 +114,7 @@ impl Default for TrainConfig {
     fn default() -> Self {
         Self {
             batch_size: 24,
-            max_iters: 2200,
+            max_iters: 2000,
             lr: 4e-3,
             min_lr: 2e-4,
             warmup_iters: 50,
@@ -830,7 +830,7 @@ mod tests {
                 "warning: train.warmup_iters = 5000 is not shorter than the run (train.max_iters \
                  = 10): the rate climbs towards train.lr = 0.004 but ends at {:.2e}, never \
                  reaching it; set train.warmup_iters below 10 (the default run warms up for 50 \
-                 of 2200 steps)",
+                 of 2000 steps)",
                 4e-3 * 10.0 / 5001.0
             )]
         );
@@ -962,11 +962,11 @@ mod tests {
         assert_eq!((m.positional, m.norm), (Positional::Learned, Norm::Pre));
         assert_eq!(
             (t.batch_size, t.max_iters, t.lr, t.min_lr),
-            (24, 2200, 4e-3, 2e-4)
+            (24, 2000, 4e-3, 2e-4)
         );
         assert_eq!(
             (t.warmup_iters, t.decay_iters(), t.grad_accum),
-            (50, 2200, 1)
+            (50, 2000, 1)
         );
         assert_eq!(
             (t.eval_interval, t.eval_iters, t.log_interval),
@@ -988,9 +988,9 @@ mod tests {
         );
         assert_eq!(
             (d.builtin_chars, d.val_fraction, d.induction_len),
-            (200_000, 0.1, 16)
+            (1_000_000, 0.1, 16)
         );
-        assert_eq!(d.tokenizer, TokenizerKind::Char);
+        assert_eq!(d.tokenizer, TokenizerKind::Word);
         c.validate().unwrap();
     }
 
