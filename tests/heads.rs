@@ -1593,6 +1593,14 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
     );
     table[1]["roles"] = serde_json::json!(["determiner", "object"]);
     std::fs::write(&table_path, table.to_string()).unwrap();
+    // Nor a syntactic head: one is named in syntax.json, as a run with one has it.
+    let json_path = heads_dir.join("syntax.json");
+    let mut named: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    assert!(named["syntactic"].is_null() && named["syntactic_line"].is_null());
+    named["syntactic"] = "1.1".into();
+    named["syntactic_line"] = "the syntactic head, 1.1 <b>".into();
+    std::fs::write(&json_path, named.to_string()).unwrap();
     ok(&headlab(&["report", "g"], dir.path()));
     let Some(browser) = chromium() else { return };
     let (dom, _) = render(
@@ -1608,6 +1616,24 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
     let section = &section[..section.find("</section>").unwrap()];
     assert!(!section.starts_with(" hidden"), "{section}");
     assert_eq!(section.matches("<tr data-layer=").count(), 4, "{section}");
+    // The syntactic head's row is marked and its line shown, as text.
+    let row = section
+        .split("<tr data-layer=\"1\" data-head=\"1\"")
+        .nth(1)
+        .unwrap();
+    assert!(
+        row.starts_with(" class=\"syntactic\"><td class=\"txt\">1.1 (syntactic head"),
+        "{row}"
+    );
+    assert_eq!(
+        section.matches("class=\"syntactic\"").count(),
+        1,
+        "{section}"
+    );
+    assert!(
+        section.contains("<p id=\"syntax-syntactic\">the syntactic head, 1.1 &lt;b&gt;</p>"),
+        "{section}"
+    );
     assert_eq!(
         section.matches("<tr>").count(),
         // The baseline row, the sweep's header row and its rows.
@@ -1750,6 +1776,44 @@ fn prune_removes_heads_by_importance_and_its_first_step_is_zeroing_one_head() {
     // Per construction, as agreement.csv splits it (empty where no verb of it was asked).
     for k in 0..3 {
         assert_eq!(rows[0][6 + k], intact[9 + 2 * k], "{csv}\n{sweep}");
+    }
+
+    // prune.json holds the same curves for the run's page, which prune redrew with them.
+    let json: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("g/prune/prune.json")).unwrap(),
+    )
+    .unwrap();
+    for (o, order) in orders.iter().enumerate() {
+        assert_eq!(json[o]["order"], *order);
+        assert_eq!(json[o]["random"], order.starts_with("random"));
+        let steps = json[o]["steps"].as_array().unwrap();
+        assert_eq!(steps.len(), 5);
+        for (k, step) in steps.iter().enumerate() {
+            let row = &rows[o * 5 + k];
+            assert_eq!(step["removed"].as_str().unwrap_or(""), row[2]);
+            assert!((step["val_loss"].as_f64().unwrap() - num(row, 4)).abs() < 1e-6);
+            assert!((step["agreement"].as_f64().unwrap() - num(row, 5)).abs() < 1e-6);
+        }
+    }
+    if let Some(browser) = chromium() {
+        let (dom, _) = render(
+            &browser,
+            &dir.path().join("g/report.html"),
+            &dir.path().join("chrome"),
+        );
+        assert!(dom.contains("data-ready=\"1\""), "{dom}");
+        let section = dom
+            .split("<section id=\"prune-section\"")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no prune section:\n{dom}"));
+        let section = &section[..section.find("</section>").unwrap()];
+        assert!(!section.starts_with(" hidden"), "{section}");
+        for id in ["prune-loss", "prune-agreement"] {
+            let tag = section.split(&format!("id=\"{id}\"")).nth(1).unwrap();
+            let tag = &tag[..tag.find('>').unwrap()];
+            let drawn = "data-series=\"importance:5,reverse:5,random-4:5,random-5:5\"";
+            assert!(tag.contains(drawn), "{id}: {tag}");
+        }
     }
 
     ok(&headlab(

@@ -7,10 +7,11 @@ use anyhow::{Context, Result};
 use clap::Args;
 use headlab_data::BuiltinCorpus;
 use headlab_heads::Probe;
-use headlab_heads::prune_report::{prune_csv, summary};
+use headlab_heads::prune_report::{prune_csv, prune_json, summary};
 use headlab_heads::pruning::{Order, PruneError, prune_curve};
 use headlab_heads::syntax::{MAX_SENTENCES, val_probe};
 use headlab_report::plot::{Series, line_chart};
+use headlab_report::report_run;
 use headlab_train::trainer::load_dataset;
 
 use crate::common::{OnRun, open_run, whole_number};
@@ -23,8 +24,8 @@ pub struct PruneArgs {
     /// Seeds of the random orders, the baseline (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "1,2,3", allow_negative_numbers = true, value_parser = whole_number::<u64>)]
     pub seeds: Vec<u64>,
-    /// Where to write prune.csv, prune.png (and agreement.png on a grammar run) and
-    /// summary.txt (default: RUN/prune).
+    /// Where to write prune.csv, prune.json, prune.png (and agreement.png on a grammar run)
+    /// and summary.txt (default: RUN/prune, which the run's page, report.html, shows).
     #[arg(long, short)]
     pub out: Option<PathBuf>,
     /// The backend and checkpoint to load.
@@ -76,6 +77,7 @@ pub fn run(args: PruneArgs) -> Result<()> {
         std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
     };
     write("prune.csv", prune_csv(&curves))?;
+    write("prune.json", prune_json(&curves).to_string())?;
     let text = summary(&curves);
     write("summary.txt", text.clone())?;
     let series = |f: &dyn Fn(&headlab_heads::pruning::PruneStep) -> Option<f64>| -> Vec<Series> {
@@ -111,8 +113,13 @@ pub fn run(args: PruneArgs) -> Result<()> {
     }
     print!("{text}");
     eprintln!(
-        "wrote prune.csv, prune.png and summary.txt in {}",
+        "wrote prune.csv, prune.json, prune.png and summary.txt in {}",
         out.display()
     );
+    // The run's page shows the curves kept in RUN/prune.
+    if out == run.root.join("prune") {
+        let page = report_run(&run.root)?;
+        eprintln!("updated {}", page.path.display());
+    }
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! `headlab prune`'s results as files and text: `prune.csv` and the summary
-//! ([`crate::pruning`] measures them).
+//! `headlab prune`'s results as files and text: `prune.csv`, `prune.json` (the same curves
+//! for the run's page) and the summary ([`crate::pruning`] measures them).
 
 use std::fmt::Write as _;
 
@@ -14,6 +14,35 @@ use crate::pruning::{PruneCurve, removable};
 /// `agreement_nothing`: what stands between subject and verb; empty where none was asked).
 pub const PRUNE_HEADER: &str = "order,step,removed,heads_left,val_loss,agreement,\
      agreement_prepositional,agreement_relative,agreement_nothing";
+
+/// `prune.json`, what the run's page draws: per order its `order` name, whether it is a
+/// `random` baseline, and its `steps` (intact first): `removed` (`layer.head`, null for the
+/// intact model), `heads_left`, `val_loss`, `agreement` (null off the grammar corpus).
+pub fn prune_json(curves: &[PruneCurve]) -> serde_json::Value {
+    let finite = |x: f64| x.is_finite().then_some(x);
+    curves
+        .iter()
+        .map(|c| {
+            let steps: Vec<serde_json::Value> = c
+                .steps
+                .iter()
+                .map(|s| {
+                    serde_json::json!({
+                        "removed": s.removed.map(|(l, h)| format!("{l}.{h}")),
+                        "heads_left": s.heads_left,
+                        "val_loss": finite(s.val_loss),
+                        "agreement": s.agreement.and_then(finite),
+                    })
+                })
+                .collect();
+            serde_json::json!({
+                "order": c.order.name(),
+                "random": matches!(c.order, crate::pruning::Order::Random(_)),
+                "steps": steps,
+            })
+        })
+        .collect()
+}
 
 /// `prune.csv` ([`PRUNE_HEADER`]).
 pub fn prune_csv(curves: &[PruneCurve]) -> String {

@@ -244,7 +244,7 @@ function drawChart(cv, spec, marker) {
   for (const v of ar ? ar.ticks : []) g.fillText(tickLabel(v, ar.step), P.l + pw + 6, Y(v, ar));
   g.textAlign = 'center'; g.textBaseline = 'top';
   for (const v of ax.ticks) { vline(g, X(v), P.t + ph, P.t + ph + 4, '#999'); g.fillText(tickLabel(v, ax.step), X(v), P.t + ph + 6); }
-  g.fillText('step', P.l + pw / 2, P.t + ph + 21);
+  g.fillText(spec.xlabel || 'step', P.l + pw / 2, P.t + ph + 21);
   rotated(g, spec.ylabel, 12, P.t + ph / 2);
   if (spec.right) rotated(g, spec.right.label, w - 10, P.t + ph / 2);
   g.strokeStyle = '#bbb'; g.strokeRect(P.l + 0.5, P.t + 0.5, pw, ph);
@@ -493,9 +493,9 @@ function buildScores() {
 // Whether the run tracked syntactic scores (a run on the built-in grammar corpus).
 const HAVE_SYNTAX = D.tracked.some(p => Array.isArray(p.syntax));
 const RELATIONS = ['subject', 'determiner', 'antecedent', 'object', 'preposition'];
-const SUBJECT_CAPTION = 'Where the verb writes its number (the last letter of its stem, before "s" or not), each head\'s attention on the verb\'s subject noun (its letters and the space after it), over the verbs that have a nearer noun (the attractor) between subject and verb. A head that rises here carries the subject\'s number to the verb.';
+const SUBJECT_CAPTION = 'Where the next token writes the verb\'s number (with word tokens, the word before the verb; with characters, the last letter of its stem, before "s" or not), each head\'s attention on the verb\'s subject noun (with characters, its letters and the space after it), over the verbs that have a nearer noun (the attractor) between subject and verb. A head that rises here carries the subject\'s number to the verb.';
 const RELATION_CAPTIONS = {
-  subject: 'Share of verbs whose most-attended word (from the space after the verb) is the head noun of their subject; dashed: the best "attend k words back" rule on the same verbs.',
+  subject: 'Share of verbs whose most-attended word (read at the verb, or with characters at the space after it) is the head noun of their subject; dashed: the best "attend k words back" rule on the same verbs.',
   determiner: 'Share of nouns whose most-attended word is their own determiner ("the", "a", "some"); dashed: the best fixed-offset rule.',
   antecedent: 'Share of relative-clause verbs whose most-attended word is the noun before "that"; dashed: the best fixed-offset rule.',
   object: 'Share of object nouns whose most-attended word is their verb; dashed: the best fixed-offset rule.',
@@ -558,6 +558,7 @@ function drawCharts() {
   drawLoss();
   drawGrammar();
   drawIcl();
+  drawPruning();
   if (!STEPS.length) return;
   D.score_names.forEach((n, s) => drawScore($(`score-${n}`), s));
   drawRepeat($('repeat-loss'));
@@ -582,6 +583,8 @@ function buildSyntax() {
     ` over the best fixed-offset rule and at least ${X.role_min_arcs} arcs. Labels are properties`,
     ' of a head on this text, not of the head alone.');
   $('syntax-line').textContent = X.line || '';
+  // The head that beats its fixed-offset rule by the most, and what zeroing it alone does.
+  if (X.syntactic_line) $('syntax-syntactic').textContent = X.syntactic_line;
   const rels = RELATIONS.filter(r => X.relations.some(x => x.relation === r));
   const tbl = $('syntax-table'), hr = tbl.createTHead().insertRow();
   ['head', 'subject mass', 'attractor mass', ...rels].forEach((c, n) => hr.appendChild(el('th', n ? '' : 'txt', c)));
@@ -594,8 +597,10 @@ function buildSyntax() {
   for (const a of X.agreement) {
     const tr = body.insertRow(), name = `${a.layer}.${a.head}`;
     tr.dataset.layer = a.layer; tr.dataset.head = a.head;
-    const tracked = (X.tracked || []).includes(name);
-    tr.append(el('td', 'txt', `${a.layer}.${a.head}${tracked ? ' (subject tracker)' : ''}`),
+    const tracked = (X.tracked || []).includes(name), syntactic = X.syntactic === name;
+    if (syntactic) tr.classList.add('syntactic');
+    const what = [syntactic && 'syntactic head', tracked && 'subject tracker'].filter(Boolean).join(', ');
+    tr.append(el('td', 'txt', `${a.layer}.${a.head}${what ? ` (${what})` : ''}`),
       el('td', '', fmt(a.subject_mass, 2)), el('td', '', fmt(a.attractor_mass, 2)));
     const roles = (X.roles.find(o => o.layer === a.layer && o.head === a.head) || { roles: [] }).roles;
     rels.forEach(r => {
@@ -618,6 +623,46 @@ function buildSyntax() {
     tr.append(el('td', 'txt', r.ablated), el('td', 'txt', r.kind), el('td', '', r.n),
       el('td', '', fmt(r.accuracy, 2)), ...CONSTRUCTIONS.map(cell), el('td', '', fmt(r.mean_p_right, 2)),
       el('td', '', pct(r.sampled)));
+  }
+}
+
+// `headlab prune`'s curves (prune/prune.json): one line per order against heads removed, the
+// importance order blue, the reverse red, random orders thin and grey.
+const PRUNE_COLORS = { importance: '#1f77b4', reverse: '#d62728' };
+const HAVE_PRUNING = Array.isArray(D.pruning) && D.pruning.length > 0;
+
+function buildPruning() {
+  if (!HAVE_PRUNING) return;
+  $('prune-section').hidden = false;
+  if (!D.pruning.some(c => c.steps.some(s => Number.isFinite(s.agreement)))) $('prune-agreement-figure').hidden = true;
+}
+
+function drawPruning() {
+  if (!HAVE_PRUNING) return;
+  const n = Math.max(1, ...D.pruning.map(c => c.steps.length - 1));
+  const series = key => D.pruning.map(c => ({
+    name: c.order,
+    pts: c.steps.map((s, k) => [k, s[key]]),
+    color: c.random ? '#999' : PRUNE_COLORS[c.order] || '#2ca02c',
+    width: c.random ? 1 : 2,
+  }));
+  // As the loss chart does: what was drawn, with point counts.
+  const mark = (cv, ss) => { cv.dataset.series = ss.map(s => `${s.name}:${finitePts(s.pts).length}`).join(','); };
+  const losses = D.pruning.flatMap(c => c.steps.map(s => s.val_loss)).filter(Number.isFinite);
+  const lo = Math.min(...losses), hi = Math.max(...losses);
+  const loss = series('val_loss');
+  drawChart($('prune-loss'), {
+    title: 'val loss as heads are removed', ylabel: 'val loss', xlabel: 'heads removed',
+    x: [0, n], y: [lo, hi > lo ? hi : lo + 1], series: loss,
+  });
+  mark($('prune-loss'), loss);
+  if (!$('prune-agreement-figure').hidden) {
+    const agreement = series('agreement');
+    drawChart($('prune-agreement'), {
+      title: 'agreement as heads are removed', ylabel: 'forced choice', xlabel: 'heads removed',
+      x: [0, n], y: [0, 1], series: agreement,
+    });
+    mark($('prune-agreement'), agreement);
   }
 }
 
@@ -749,6 +794,7 @@ function init() {
   fillText();
   buildTable();
   buildSyntax();
+  buildPruning();
   buildPatching();
   if (STEPS.length) {
     const sl = $('step-slider');
@@ -767,7 +813,7 @@ function init() {
   }
   $('loss-log').addEventListener('change', drawLoss);
   select(0, 0);
-  if (STEPS.length) setStep(S.k); else { drawLoss(); drawGrammar(); }
+  if (STEPS.length) setStep(S.k); else { drawLoss(); drawGrammar(); drawPruning(); }
   let queued = false;
   window.addEventListener('resize', () => {
     if (!queued) { queued = true; requestAnimationFrame(() => { queued = false; drawCharts(); }); }

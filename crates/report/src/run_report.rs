@@ -2,9 +2,9 @@
 //! slider replays every head's attention map, with the head scores and the loss marked at the
 //! same step, so a phase change shows as maps, scores and loss moving together.
 //!
-//! The results of `headlab patch` (`patch/patch.json`) and, on a grammar run, the syntactic
-//! heads (`syntax_history.csv` through training, `heads/syntax.json` at the end) get
-//! sections when there are any.
+//! The results of `headlab patch` (`patch/patch.json`), of `headlab prune`
+//! (`prune/prune.json`) and, on a grammar run, the syntactic heads (`syntax_history.csv`
+//! through training, `heads/syntax.json` at the end) get sections when there are any.
 //!
 //! What a run lacks (no tracked maps in a run made before they were kept, no head table
 //! before `headlab heads`, no sample from a run that was stopped) is said on the page and
@@ -29,6 +29,8 @@ pub const REPORT_FILE: &str = "report.html";
 
 /// Where `headlab patch` leaves its results for the page, in a run directory.
 pub const PATCH_FILE: &str = "patch/patch.json";
+/// Where `headlab prune` leaves its curves for the page, in a run directory.
+pub const PRUNE_FILE: &str = "prune/prune.json";
 
 /// Where `headlab heads` keeps a grammar run's syntactic heads for the page.
 pub const SYNTAX_JSON: &str = "heads/syntax.json";
@@ -58,6 +60,8 @@ struct ReportData {
     table: Option<serde_json::Value>,
     /// `RUN/patch/patch.json` as written by `headlab patch`.
     patching: Option<serde_json::Value>,
+    /// `RUN/prune/prune.json` as written by `headlab prune`.
+    pruning: Option<serde_json::Value>,
     /// The names of each tracked step's `syntax` values (`syntax_history.csv`'s columns).
     syntax_names: Vec<String>,
     /// `RUN/heads/syntax.json` as written by `headlab heads` on a grammar run.
@@ -232,6 +236,7 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         notes.push(format!("no head table: {} makes one", shell("heads")));
     }
     let patching = read(PATCH_FILE).and_then(|t| serde_json::from_str(&t).ok());
+    let pruning = read(PRUNE_FILE).and_then(|t| serde_json::from_str(&t).ok());
     let syntax = read(SYNTAX_JSON).and_then(|t| serde_json::from_str(&t).ok());
     let sample = read(SAMPLE_FILE);
     if sample.is_none() {
@@ -269,6 +274,7 @@ pub fn write_run_report(run: &RunDir) -> Result<RunReport, ReportError> {
         tracked,
         table,
         patching,
+        pruning,
         syntax_names: syntax_point_names(),
         syntax,
         sample,
