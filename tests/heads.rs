@@ -143,8 +143,12 @@ fn heads_writes_the_table_pictures_and_a_page_that_renders_every_head() {
             assert!(cells > 0, "layer {layer} head {head} drew no cells");
         }
     }
-    // The head table has a row per head, and the token strip every token.
-    assert_eq!(dom.matches("<tr data-layer").count(), 4);
+    // The head table has a row per head (as has the relation table below it, on this grammar
+    // run), and the token strip every token.
+    let table = dom.split("id=\"table\"").nth(1).unwrap();
+    let table = &table[..table.find("</table>").unwrap()];
+    assert_eq!(table.matches("<tr data-layer").count(), 4);
+    assert_eq!(dom.matches("<tr data-layer").count(), 8);
     assert_eq!(
         dom.matches("class=\"tok").count(),
         "the spy sees the dogs.".len()
@@ -1692,6 +1696,39 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
         let tag = &canvas[..canvas.find('>').unwrap()];
         assert!(tag.contains("data-marker-step=\"4\""), "{id}: {tag}");
     }
+
+    // heads.html (written by `heads`, before syntax.json was edited above) has the relation
+    // table too: the baseline row, then a row per head with syntax.csv's accuracies.
+    let (dom, _) = render(
+        &browser,
+        &heads_dir.join("heads.html"),
+        &dir.path().join("chrome"),
+    );
+    assert!(dom.contains("data-ready=\"1\""), "{dom}");
+    let rel = dom
+        .split("id=\"relations\"")
+        .nth(1)
+        .expect("a relation table");
+    let rel = &rel[..rel.find("</table>").unwrap()];
+    assert_eq!(rel.matches("<tr data-layer=").count(), 4, "{rel}");
+    assert!(
+        rel.contains("<td class=\"label\">fixed-offset rule</td>"),
+        "{rel}"
+    );
+    for line in std::fs::read_to_string(heads_dir.join("syntax.csv"))
+        .unwrap()
+        .lines()
+        .skip(1)
+        .filter(|l| l.starts_with("1,1,"))
+    {
+        let accuracy: f64 = line.split(',').nth(4).unwrap().parse().unwrap();
+        let cells = [accuracy, accuracy + 1e-9].map(|x| format!(">{x:.2}</t"));
+        assert!(cells.iter().any(|c| rel.contains(c)), "{cells:?}: {rel}");
+    }
+    assert!(
+        dom.contains("<p id=\"syntactic\">No head beats its rule by that much.</p>"),
+        "{dom}"
+    );
 }
 
 /// `headlab prune` on a grammar run: every order removes every head once, down to none (where

@@ -174,6 +174,9 @@ pub fn write(
             row.roles = roles.roles.iter().map(|r| r.name().to_string()).collect();
         }
     }
-    write_head_report(&out, &title, &report)?;
+    let relations = syntax
+        .as_ref()
+        .map(headlab_heads::syntax_report::syntax_json);
+    write_head_report(&out, &title, &report, relations.as_ref())?;
     Ok((out, report, syntax))
 }

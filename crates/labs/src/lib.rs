@@ -454,9 +454,9 @@ fn publish_run(
     table: &HeadReport,
     files: &[&str],
 ) -> Result<(), LabError> {
-    write_head_report(out, title, table)?;
+    write_head_report(out, title, table, None)?;
     let run = out.join("run");
-    write_head_report(&run.join("heads"), "headlab lab run", table)?;
+    write_head_report(&run.join("heads"), "headlab lab run", table, None)?;
     report_run(&run)?;
     for file in files {
         let from = run.join(file);

@@ -10,7 +10,7 @@ function pick(l, h) {
   const r = row(l, h);
   document.getElementById('desc').textContent = r ? ` ${r.label}: previous-token ${r.previous_token.toFixed(2)}, induction ${r.induction.toFixed(2)}` : '';
   document.querySelectorAll('.panel').forEach(p => p.classList.toggle('sel', +p.dataset.layer === l && +p.dataset.head === h));
-  document.querySelectorAll('#table tr[data-layer]').forEach(tr => tr.classList.toggle('sel', +tr.dataset.layer === l && +tr.dataset.head === h));
+  document.querySelectorAll('#table tr[data-layer], #relations tr[data-layer]').forEach(tr => tr.classList.toggle('sel', +tr.dataset.layer === l && +tr.dataset.head === h));
   hover(-1);
 }
 function hover(i) {
@@ -51,5 +51,33 @@ const cell = (c, v) => v === null || v === undefined ? '–' : Array.isArray(v) 
 for (const r of D.rows) { const tr = tbl.insertRow(); tr.dataset.layer = r.layer; tr.dataset.head = r.head;
   tr.innerHTML = cols.map(c => `<td class="${c}">${cell(c, r[c])}</td>`).join('');
   tr.onclick = () => pick(r.layer, r.head); }
+// A grammar run's relation table (syntax.json): built with text nodes, as the rest.
+const X = D.syntax;
+if (X && Array.isArray(X.relations) && X.relations.length) {
+  const add = (tr, tag, text) => { const c = document.createElement(tag); c.textContent = text; tr.appendChild(c); return c; };
+  const two = v => (Number.isFinite(v) ? v.toFixed(2) : '–');
+  document.getElementById('syntax').hidden = false;
+  document.getElementById('margin').textContent = two(X.role_margin);
+  document.getElementById('min-arcs').textContent = X.role_min_arcs;
+  document.getElementById('syntactic').textContent = X.syntactic_line || 'No head beats its rule by that much.';
+  const rels = [...new Set(X.relations.map(r => r.relation))];
+  const rt = document.getElementById('relations');
+  const hr = rt.insertRow(); add(hr, 'th', 'head'); rels.forEach(r => add(hr, 'th', r));
+  const br = rt.insertRow(); add(br, 'td', 'fixed-offset rule').className = 'label';
+  rels.forEach(r => { const b = X.relations.find(x => x.relation === r).baseline; add(br, 'td', `${two(b.accuracy)} (${b.offset} back)`); });
+  const heads = [...new Set(X.relations.map(r => `${r.layer}.${r.head}`))];
+  for (const name of heads) {
+    const tr = rt.insertRow(), [l, h] = name.split('.').map(Number);
+    tr.dataset.layer = l; tr.dataset.head = h;
+    if (X.syntactic === name) tr.classList.add('syntactic');
+    add(tr, 'td', X.syntactic === name ? `${name} (syntactic head)` : name).className = 'label';
+    const roles = (X.roles.find(o => o.layer === l && o.head === h) || { roles: [] }).roles;
+    rels.forEach(r => {
+      const x = X.relations.find(o => o.layer === l && o.head === h && o.relation === r);
+      add(tr, roles.includes(r) ? 'th' : 'td', x ? two(x.accuracy) : '–');
+    });
+    tr.onclick = () => pick(l, h);
+  }
+}
 if (L) pick(0, 0);
 document.body.dataset.ready = '1';

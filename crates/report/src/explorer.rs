@@ -112,15 +112,28 @@ fn escape(s: &str) -> String {
 }
 
 /// The explorer page: head table, a layer/head picker, hover a token to see where it looks,
-/// and a small map of every head.
-pub fn html_page(title: &str, maps: &AttentionMaps, rows: &[HeadRow]) -> String {
+/// and a small map of every head; on a grammar run, with `syntax` (`syntax.json`), the
+/// relation table against each relation's fixed-offset rule, the syntactic head marked.
+pub fn html_page(
+    title: &str,
+    maps: &AttentionMaps,
+    rows: &[HeadRow],
+    syntax: Option<&serde_json::Value>,
+) -> String {
     #[derive(Serialize)]
     struct Data<'a> {
         title: &'a str,
         maps: &'a AttentionMaps,
         rows: &'a [HeadRow],
+        syntax: Option<&'a serde_json::Value>,
     }
-    let json = serde_json::to_string(&Data { title, maps, rows }).expect("serialisable");
+    let data = Data {
+        title,
+        maps,
+        rows,
+        syntax,
+    };
+    let json = serde_json::to_string(&data).expect("serialisable");
     page(title, &json)
 }
 
@@ -194,7 +207,7 @@ mod tests {
             tokens: tokens.iter().map(|t| t.to_string()).collect(),
             weights: vec![],
         };
-        let html = html_page("a </script> title", &maps, &[]);
+        let html = html_page("a </script> title", &maps, &[], None);
         assert_eq!(html.matches("</script>").count(), 2, "{html}");
         assert_eq!(html.matches("<script").count(), 2);
         assert!(!html.contains("<!--") && !html.contains("<img"));

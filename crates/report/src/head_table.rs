@@ -9,8 +9,14 @@ use crate::ReportError;
 use crate::explorer::{html_page, maps_png};
 
 /// Writes `heads.csv`, `heads.json`, `composition.csv`, `detector.csv`, `attention.png` and
-/// `heads.html` into `out`.
-pub fn write_head_report(out: &Path, title: &str, report: &HeadReport) -> Result<(), ReportError> {
+/// `heads.html` into `out`; `syntax` (a grammar run's `syntax.json`) adds the relation table
+/// to `heads.html`.
+pub fn write_head_report(
+    out: &Path,
+    title: &str,
+    report: &HeadReport,
+    syntax: Option<&serde_json::Value>,
+) -> Result<(), ReportError> {
     std::fs::create_dir_all(out).map_err(|e| ReportError::write(out, e))?;
     let rows = &report.rows;
     crate::write(&out.join("heads.csv"), to_csv(rows))?;
@@ -24,7 +30,7 @@ pub fn write_head_report(out: &Path, title: &str, report: &HeadReport) -> Result
     maps_png(&out.join("attention.png"), &report.maps, rows)?;
     crate::write(
         &out.join("heads.html"),
-        html_page(title, &report.maps, rows),
+        html_page(title, &report.maps, rows, syntax),
     )
 }
 
