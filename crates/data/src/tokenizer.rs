@@ -537,17 +537,9 @@ impl Tokenizer {
             }
             // Pieces end after a newline, which no word crosses.
             Tokenizer::Word { huggingface } => {
-                let mut start = 0;
-                while start < text.len() {
-                    let from = (start + piece).min(text.len());
-                    let end = text.as_bytes()[from..]
-                        .iter()
-                        .position(|&b| b == b'\n')
-                        .map_or(text.len(), |i| from + i + 1);
-                    out.push_all(&huggingface.encode(&text[start..end], false)?);
-                    progress(end);
-                    start = end;
-                }
+                encode_lines(text, piece, out, progress, |t| {
+                    Ok(huggingface.encode(t, false)?)
+                })?;
             }
             // An imported BPE encodes a text whole: its tokens may cross lines.
             Tokenizer::Bpe {
@@ -555,21 +547,7 @@ impl Tokenizer {
             } => out.push_all(&self.encode(text)?),
             // Pieces end after a newline, as the lines the BPE encodes do, so the ids are the
             // same.
-            Tokenizer::Bpe { .. } => {
-                let mut start = 0;
-                while start < text.len() {
-                    // Searched as bytes: `start + piece` may fall inside a character, and
-                    // a newline byte is never part of one, so the cut is a boundary.
-                    let from = (start + piece).min(text.len());
-                    let end = text.as_bytes()[from..]
-                        .iter()
-                        .position(|&b| b == b'\n')
-                        .map_or(text.len(), |i| from + i + 1);
-                    out.push_all(&self.encode(&text[start..end])?);
-                    progress(end);
-                    start = end;
-                }
-            }
+            Tokenizer::Bpe { .. } => encode_lines(text, piece, out, progress, |t| self.encode(t))?,
         }
         progress(text.len());
         Ok(())
@@ -722,6 +700,32 @@ impl Tokenizer {
             source,
         })
     }
+}
+
+/// Encodes `text` with `encode` in pieces of about `piece` bytes, each ending after a newline
+/// (or at the text's end), onto `out`, telling `progress` where each piece ended. For
+/// tokenizers whose tokens never cross a newline, so the ids are those of the whole text.
+fn encode_lines(
+    text: &str,
+    piece: usize,
+    out: &mut TokenIds,
+    progress: &mut dyn FnMut(usize),
+    encode: impl Fn(&str) -> Result<Vec<u32>, TokenizerError>,
+) -> Result<(), TokenizerError> {
+    let mut start = 0;
+    while start < text.len() {
+        // Searched as bytes: `start + piece` may fall inside a character, and a newline byte
+        // is never part of one, so the cut is a boundary.
+        let from = (start + piece).min(text.len());
+        let end = text.as_bytes()[from..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(text.len(), |i| from + i + 1);
+        out.push_all(&encode(&text[start..end])?);
+        progress(end);
+        start = end;
+    }
+    Ok(())
 }
 
 fn codepoint(ch: &char) -> u32 {
@@ -1301,7 +1305,8 @@ mod tests {
             other => panic!("{other:?}"),
         }
         let bpe = Tokenizer::train_bpe(&text.repeat(20), 300).unwrap();
-        for tokenizer in [chars, Tokenizer::byte(), bpe] {
+        let words = Tokenizer::train_words(text).unwrap();
+        for tokenizer in [chars, Tokenizer::byte(), bpe, words] {
             let whole = tokenizer.encode(text).unwrap();
             for piece in [1, 2, 3, 7, 64, 1 << 20] {
                 for vocab in [256, 70_000] {
