@@ -540,7 +540,7 @@ fn help_lists_every_lab_and_every_quoted_time_names_its_cpu() {
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .filter(|n| n != "help")
         .collect();
-    assert_eq!(names.len(), 5, "{labs}");
+    assert_eq!(names.len(), 6, "{labs}");
     let lab_line = top
         .lines()
         .find(|l| l.trim_start().starts_with("lab "))

@@ -328,6 +328,91 @@ fn heads_work_on_a_bpe_run_and_label_tokens_with_visible_whitespace() {
     }
 }
 
+/// A reduced `lab syntax` (1 and 2 heads, one seed, 60 steps): syntax.csv holds, per run and
+/// relation, the best head of that run's own heads/syntax.csv (found here by a loop over its
+/// rows: the most accurate head, the first on a tie) with its rule and role; the summary has a
+/// row per run; a head count that does not divide d_model is refused with nothing written.
+#[test]
+fn a_reduced_lab_syntax_reports_each_runs_best_head_per_relation() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "lab",
+        "syntax",
+        "--out",
+        "s",
+        "--heads",
+        "1,2",
+        "--seeds",
+        "1",
+        "--set",
+        "train.max_iters=60",
+        "--set",
+        "train.track_heads_every=20",
+        "--set",
+        "data.builtin_chars=200000",
+    ];
+    ok(&headlab(&args, dir.path()));
+    let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
+    let csv = read("s/syntax.csv");
+    assert_eq!(
+        csv.lines().next().unwrap(),
+        "n_heads,seed,relation,layer,head,accuracy,baseline_offset,baseline_accuracy,role,\
+         syntactic,formed_at"
+    );
+    assert_eq!(csv.lines().count(), 1 + 2 * 5, "{csv}");
+    for h in [1, 2] {
+        let rows = read(&format!("s/h{h}-s1/heads/syntax.csv"));
+        for relation in [
+            "subject",
+            "determiner",
+            "antecedent",
+            "object",
+            "preposition",
+        ] {
+            let mut best: Option<Vec<&str>> = None;
+            for line in rows.lines().skip(1) {
+                let f: Vec<&str> = line.split(',').collect();
+                if f[2] != relation || f[3] == "0" {
+                    continue;
+                }
+                let acc: f64 = f[4].parse().unwrap();
+                if best
+                    .as_ref()
+                    .is_none_or(|b| acc > b[4].parse::<f64>().unwrap())
+                {
+                    best = Some(f);
+                }
+            }
+            let b = best.unwrap();
+            let want = format!(
+                "{h},1,{relation},{},{},{},{},{},{},",
+                b[0], b[1], b[4], b[6], b[7], b[8]
+            );
+            assert!(
+                csv.lines().any(|l| l.starts_with(&want)),
+                "{want} not in\n{csv}"
+            );
+        }
+    }
+    let summary = read("s/summary.md");
+    for row in ["| 1 | 1 | ", "| 2 | 1 | "] {
+        assert!(summary.contains(row), "{summary}");
+    }
+    assert!(dir.path().join("s/syntax.png").is_file());
+
+    let out = headlab(
+        &["lab", "syntax", "--out", "bad", "--heads", "3"],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--heads 3 does not divide d_model = 128"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("bad").exists());
+}
+
 /// A reduced `lab grokking` (p = 31, 70% of the pairs, 600 steps at lr 5e-3) still groks:
 /// it starts at chance, fits its training pairs, and only several times as many steps later
 /// the held-out ones, with an embedding whose norm sits in a few frequencies. The summary's

@@ -73,7 +73,8 @@ enum Command {
     /// training on a step slider, the head table and a sample. `train` writes it at the end;
     /// this redraws it, e.g. for a run that was stopped.
     Report(report::ReportArgs),
-    /// Rerunnable experiments on head specialisation: induction, heads, ambiguity, symmetry, grokking.
+    /// Rerunnable experiments on head specialisation: induction, heads, ambiguity, symmetry,
+    /// syntax, grokking.
     Lab(lab::LabArgs),
     /// The same model, seed and batches on several backends, each against an f64 ground truth
     /// (every sublayer, the losses, the gradients) within a bound from f32 rounding, with time

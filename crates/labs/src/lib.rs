@@ -10,6 +10,8 @@
 //!   random initialisation, let gradients pull them apart.
 //! - [`ambiguity`]: on the `attach` corpus, where "with" and "and" look when what "with"
 //!   attaches to decides the last verb's number.
+//! - [`syntax`]: the default run's word-level model with 1, 2, 4 and 8 heads over seeds:
+//!   which relations find a syntactic head, when it forms and what zeroing it does.
 //! - [`grokking`]: a 1-layer model on a + b mod p memorises its training pairs, then
 //!   generalises long after under weight decay, its embedding turning to a few Fourier
 //!   frequencies (Power et al. 2022; Nanda et al. 2023).
@@ -22,6 +24,7 @@ pub mod grokking;
 pub mod head_count;
 pub mod induction;
 pub mod symmetry;
+pub mod syntax;
 
 use std::path::{Path, PathBuf};
 
@@ -65,6 +68,12 @@ pub enum LabError {
         /// Why.
         source: std::io::Error,
     },
+    /// Measuring a grammar run's syntactic heads.
+    #[error(transparent)]
+    Syntax(#[from] headlab_heads::syntax_report::SyntaxReportError),
+    /// A `lab syntax` run whose val split holds too few sentences to measure.
+    #[error("{} has too little val text to measure its syntactic heads; raise data.builtin_chars", .0.display())]
+    NoSyntax(PathBuf),
     /// The induction run wrote no head scores to read the circuit from.
     #[error("{} holds no head scores: the run tracked none (train.track_heads_every = 0?)", .0.display())]
     NoHeadHistory(PathBuf),

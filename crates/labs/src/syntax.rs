@@ -1,0 +1,450 @@
+//! `lab syntax`: the default run's word-level model with 1, 2, 4 and 8 heads at equal d_model,
+//! over seeds, on the grammar corpus. For every run and relation the best head against the
+//! best fixed-offset rule (Clark et al. 2019); the run's syntactic head (the one that beats
+//! its rule by the most), the step it formed at (from `syntax_history.csv`) and what zeroing
+//! it alone does to agreement, by construction; and whether each relation finds a head on
+//! every seed.
+//!
+//! Files: one run per head count and seed (`h<H>-s<SEED>/`, with its `heads/` syntax files and
+//! `report.html`); `syntax.csv` ([`SYNTAX_LAB_HEADER`]: per run and relation, `n_heads`,
+//! `seed`, the best head's `layer` and `head`, its `accuracy`, the rule's `baseline_offset`
+//! and `baseline_accuracy`, `role` (beats the rule by the role margin over enough arcs),
+//! `syntactic` (it is the run's syntactic head) and `formed_at` (the first tracked step from
+//! which it beat the rule by the margin at every later one; empty if not the syntactic head));
+//! `syntax.png` and `summary.md`.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+use headlab_data::syntax::{Construction, Relation};
+use headlab_heads::syntax::{
+    AblationKind, ROLE_MARGIN, RelationScore, SYNTAX_HISTORY_FILE, SyntaxPoint,
+    parse_syntax_history,
+};
+use headlab_heads::syntax_report::{SyntaxReport, measure, syntactic_head};
+use headlab_report::plot::{Series, line_chart};
+use headlab_report::report_run;
+use headlab_train::config::RunConfig;
+
+use crate::{LabError, Runs, lab_config, open, train_run, write, write_summary};
+
+/// The shipped config: the default run's model, 1000 steps.
+pub const CONFIG: &str = include_str!("../../../configs/lab-syntax.toml");
+
+/// The seeds when none are given.
+pub const SEEDS: [u64; 3] = [1, 2, 3];
+
+/// The head counts when none are given.
+pub const HEAD_COUNTS: [usize; 4] = [1, 2, 4, 8];
+
+/// `syntax.csv`'s header (the module's doc says what each column is).
+pub const SYNTAX_LAB_HEADER: &str = "n_heads,seed,relation,layer,head,accuracy,baseline_offset,\
+     baseline_accuracy,role,syntactic,formed_at";
+
+/// One run of the lab.
+#[derive(Debug, Clone)]
+pub struct SyntaxRun {
+    pub n_heads: usize,
+    pub seed: u64,
+    /// Its last evaluation's val loss.
+    pub val_loss: f64,
+    /// Its syntactic heads, measured on its first val sentences.
+    pub report: SyntaxReport,
+    /// The step its syntactic head formed at (see [`formed_at`]).
+    pub formed_at: Option<usize>,
+}
+
+/// What `lab syntax` measured.
+#[derive(Debug, Clone)]
+pub struct SyntaxLab {
+    /// The config every run starts from.
+    pub base: RunConfig,
+    pub seeds: Vec<u64>,
+    pub head_counts: Vec<usize>,
+    /// Head count major, then seed.
+    pub runs: Vec<SyntaxRun>,
+    /// Wall seconds the lab took.
+    pub seconds: f64,
+}
+
+/// Runs the lab into `out` with `sets` applied to its config: one run per head count and
+/// seed, `syntax.csv`, `syntax.png` and `summary.md` (returned), which ends with `reproduce`.
+pub fn run(
+    out: &Path,
+    sets: &[String],
+    seeds: Vec<u64>,
+    head_counts: &[usize],
+    reproduce: &str,
+    runs: Runs<'_>,
+) -> Result<String, LabError> {
+    let base = lab_config(CONFIG, "configs/lab-syntax.toml", sets)?;
+    let lab = syntax_lab(base, seeds, head_counts, out, runs)?;
+    write(&out.join("syntax.csv"), &syntax_csv(&lab))?;
+    syntax_png(&lab, &out.join("syntax.png"))?;
+    write_summary(out, summary(&lab, reproduce))
+}
+
+/// Trains `base` with each of `head_counts` and `seeds` into `dir/h<heads>-s<seed>` and
+/// measures each run's syntactic heads.
+pub fn syntax_lab(
+    base: RunConfig,
+    seeds: Vec<u64>,
+    head_counts: &[usize],
+    dir: &Path,
+    runs: Runs<'_>,
+) -> Result<SyntaxLab, LabError> {
+    let d_model = base.model.d_model;
+    if let Some(&h) = head_counts
+        .iter()
+        .find(|&&h| h == 0 || !d_model.is_multiple_of(h))
+    {
+        return Err(LabError::HeadsDoNotDivide {
+            heads: h,
+            d_model,
+            choices: (1..=d_model)
+                .filter(|k| d_model.is_multiple_of(*k))
+                .collect(),
+        });
+    }
+    let started = Instant::now();
+    let total = head_counts.len() * seeds.len();
+    let mut out = Vec::new();
+    for &h in head_counts {
+        for &seed in &seeds {
+            headlab_train::log_line!(
+                "lab syntax: run {}/{total}: {h} heads, seed {seed} ({:.0} s so far)",
+                out.len() + 1,
+                started.elapsed().as_secs_f64()
+            );
+            let mut config = base.clone();
+            config.model.n_heads = h;
+            config.train.seed = seed;
+            let run_dir = dir.join(format!("h{h}-s{seed}"));
+            let done = train_run(config, run_dir.clone(), runs)?;
+            let (trained, device, data) = open(&run_dir)?;
+            let heads_dir = run_dir.join("heads");
+            std::fs::create_dir_all(&heads_dir).map_err(|source| LabError::File {
+                action: "write",
+                path: heads_dir.clone(),
+                source,
+            })?;
+            let (config, tokenizer, model) = (&trained.config, &trained.tokenizer, &trained.model);
+            let report = measure(config, &data, tokenizer, model, &device, &heads_dir)?
+                .ok_or_else(|| LabError::NoSyntax(run_dir.clone()))?;
+            let history = std::fs::read_to_string(run_dir.join(SYNTAX_HISTORY_FILE))
+                .map(|t| parse_syntax_history(&t))
+                .unwrap_or_default();
+            let formed = syntactic_head(&report.scores, &report.roles)
+                .and_then(|r| formed_at(&history, r, h));
+            report_run(&run_dir)?;
+            out.push(SyntaxRun {
+                n_heads: h,
+                seed,
+                val_loss: done.val_loss,
+                report,
+                formed_at: formed,
+            });
+        }
+    }
+    Ok(SyntaxLab {
+        base,
+        seeds,
+        head_counts: head_counts.to_vec(),
+        runs: out,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// The first tracked step from which head `r` (of a model with `n_heads` heads a layer) beats
+/// the fixed-offset rule on `r`'s relation by [`ROLE_MARGIN`] at that step and every later
+/// one; `None` if it does not at the last tracked step.
+pub fn formed_at(
+    history: &[(usize, Vec<SyntaxPoint>)],
+    r: &RelationScore,
+    n_heads: usize,
+) -> Option<usize> {
+    let n = Relation::ALL.len();
+    let k = Relation::ALL.iter().position(|&x| x == r.relation)?;
+    let i = r.layer * n_heads + r.head;
+    let mut formed = None;
+    for (step, points) in history.iter().rev() {
+        match points.get(i) {
+            Some(p) if p[2 + k] - p[2 + n + k] >= ROLE_MARGIN => formed = Some(*step),
+            _ => break,
+        }
+    }
+    formed
+}
+
+/// The best head of each relation in `report` (the most accurate; the first on a tie).
+fn best_heads(report: &SyntaxReport) -> Vec<&RelationScore> {
+    Relation::ALL
+        .iter()
+        .filter_map(|&rel| {
+            report
+                .scores
+                .relations
+                .iter()
+                .filter(|r| r.relation == rel && r.n > 0)
+                .reduce(|b, r| if r.accuracy > b.accuracy { r } else { b })
+        })
+        .collect()
+}
+
+/// Whether `r` has a role in `report`.
+fn has_role(report: &SyntaxReport, r: &RelationScore) -> bool {
+    report
+        .roles
+        .iter()
+        .any(|o| (o.layer, o.head) == (r.layer, r.head) && o.roles.contains(&r.relation))
+}
+
+/// `syntax.csv` ([`SYNTAX_LAB_HEADER`]).
+pub fn syntax_csv(lab: &SyntaxLab) -> String {
+    let mut s = format!("{SYNTAX_LAB_HEADER}\n");
+    for run in &lab.runs {
+        let syntactic = syntactic_head(&run.report.scores, &run.report.roles);
+        for r in best_heads(&run.report) {
+            let is = syntactic
+                .is_some_and(|x| (x.layer, x.head, x.relation) == (r.layer, r.head, r.relation));
+            let formed = run
+                .formed_at
+                .filter(|_| is)
+                .map_or(String::new(), |s| s.to_string());
+            let _ = writeln!(
+                s,
+                "{},{},{},{},{},{:.6},{},{:.6},{},{is},{formed}",
+                run.n_heads,
+                run.seed,
+                r.relation,
+                r.layer,
+                r.head,
+                r.accuracy,
+                r.baseline.offset,
+                r.baseline.accuracy,
+                has_role(&run.report, r),
+            );
+        }
+    }
+    s
+}
+
+/// `syntax.png`: per relation, the best head's accuracy minus its rule's, against the head
+/// count, one point per seed (the mean drawn through them).
+pub fn syntax_png(lab: &SyntaxLab, path: &Path) -> Result<(), headlab_report::ReportError> {
+    let series: Vec<Series> = Relation::ALL
+        .iter()
+        .map(|&rel| Series {
+            label: rel.to_string(),
+            points: lab
+                .head_counts
+                .iter()
+                .filter_map(|&h| {
+                    let margins: Vec<f64> = lab
+                        .runs
+                        .iter()
+                        .filter(|r| r.n_heads == h)
+                        .flat_map(|r| best_heads(&r.report))
+                        .filter(|b| b.relation == rel)
+                        .map(|b| b.accuracy - b.baseline.accuracy)
+                        .collect();
+                    (!margins.is_empty())
+                        .then(|| (h as f64, margins.iter().sum::<f64>() / margins.len() as f64))
+                })
+                .collect(),
+            faint: false,
+        })
+        .collect();
+    line_chart(
+        path,
+        "best head's accuracy minus the best offset rule's, mean over seeds",
+        "heads per layer",
+        "accuracy - rule",
+        &series,
+    )
+}
+
+/// `lab syntax`'s summary.
+pub fn summary(lab: &SyntaxLab, reproduce: &str) -> String {
+    let (m, t, d) = (&lab.base.model, &lab.base.train, &lab.base.data);
+    let counts: Vec<String> = lab.head_counts.iter().map(|h| h.to_string()).collect();
+    let seeds: Vec<String> = lab.seeds.iter().map(|s| s.to_string()).collect();
+    let mut s = format!(
+        "# lab syntax\n\nWord-level models ({} layers, d_model {}, block {}, {} steps on {} \
+         characters of the built-in grammar corpus, `data.tokenizer = \"{}\"`) with {} heads \
+         per layer (d_k = d_model / heads, the same parameters), seeds {}, in {:.0} s. A head \
+         has a role on a relation when the word it attends to most is the related word more \
+         often than the best \"k words back\" rule's, by {ROLE_MARGIN} over at least 20 arcs \
+         (Clark et al. 2019); a run's syntactic head is the one that beats its rule by the most. \
+         Heads are named layer.head, both from 0.\n\n",
+        m.n_layers,
+        m.d_model,
+        m.block_size,
+        t.max_iters,
+        d.builtin_chars,
+        d.tokenizer,
+        counts.join(", "),
+        seeds.join(", "),
+        lab.seconds,
+    );
+    s += "## Each run's syntactic head\n\n\
+          | heads | seed | val loss | syntactic head | accuracy vs rule | formed at step | \
+          zeroed alone: forced choice (intact 1.00 where not said); across a phrase / a clause / \
+          nothing | each other head of its layer alone: forced choice |\n\
+          |---|---|---|---|---|---|---|---|\n";
+    for run in &lab.runs {
+        let rep = &run.report;
+        let Some(r) = syntactic_head(&rep.scores, &rep.roles) else {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.4} | none | | | | |",
+                run.n_heads, run.seed, run.val_loss
+            );
+            continue;
+        };
+        let intact = rep.sweep.iter().find(|x| x.kind == AblationKind::Intact);
+        let alone = rep.sweep.iter().find(|x| x.kind == AblationKind::Syntactic);
+        let by = |row: &headlab_heads::syntax::AblationRow| -> String {
+            Construction::ALL
+                .iter()
+                .map(|c| {
+                    row.result
+                        .by_construction
+                        .iter()
+                        .find(|b| b.construction == *c)
+                        .filter(|b| b.n > 0)
+                        .map_or("-".to_string(), |b| format!("{:.2}", b.accuracy))
+                })
+                .collect::<Vec<_>>()
+                .join(" / ")
+        };
+        let zeroed = match (intact, alone) {
+            (Some(i), Some(a)) => format!(
+                "{:.2} -> {:.2}; {}",
+                i.result.accuracy,
+                a.result.accuracy,
+                by(a)
+            ),
+            _ => String::new(),
+        };
+        let others: Vec<f64> = rep
+            .sweep
+            .iter()
+            .filter(|x| x.kind == AblationKind::SameLayer)
+            .map(|x| x.result.accuracy)
+            .collect();
+        let others = if others.is_empty() {
+            "none".to_string()
+        } else {
+            let lo = others.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = others.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            if format!("{lo:.2}") == format!("{hi:.2}") {
+                format!("{lo:.2}")
+            } else {
+                format!("{lo:.2}-{hi:.2}")
+            }
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {:.4} | {}.{} ({}) | {:.2} vs {:.2} ({} back) | {} | {zeroed} | {others} |",
+            run.n_heads,
+            run.seed,
+            run.val_loss,
+            r.layer,
+            r.head,
+            r.relation,
+            r.accuracy,
+            r.baseline.accuracy,
+            r.baseline.offset,
+            run.formed_at.map_or("-".to_string(), |s| s.to_string()),
+        );
+    }
+    s += "\n## Does each relation find a head on every seed?\n\n| relation |";
+    for h in &lab.head_counts {
+        let _ = write!(s, " {h} heads |");
+    }
+    s += "\n|---|";
+    s += &"---|".repeat(lab.head_counts.len());
+    s += "\n";
+    for &rel in &Relation::ALL {
+        let _ = write!(s, "| {rel} |");
+        for &h in &lab.head_counts {
+            let of: Vec<&SyntaxRun> = lab.runs.iter().filter(|r| r.n_heads == h).collect();
+            let with = of
+                .iter()
+                .filter(|r| {
+                    best_heads(&r.report)
+                        .iter()
+                        .any(|b| b.relation == rel && has_role(&r.report, b))
+                })
+                .count();
+            let best: Vec<String> = of
+                .iter()
+                .flat_map(|r| best_heads(&r.report))
+                .filter(|b| b.relation == rel)
+                .map(|b| format!("{:.2}", b.accuracy - b.baseline.accuracy))
+                .collect();
+            let _ = write!(s, " {with} of {} ({}) |", of.len(), best.join(", "));
+        }
+        s += "\n";
+    }
+    s += "\n(In each cell: the seeds whose best head on the relation has a role, and each \
+          seed's best accuracy minus the rule's.)\n\nFiles: `syntax.csv` (per run and \
+          relation), `syntax.png` (the best head's margin over the rule against the head \
+          count), and each run's folder (`h<H>-s<SEED>/`, its `heads/syntax.csv`, \
+          `heads/agreement.csv` and `report.html`).\n\n";
+    let _ = writeln!(s, "Reproduce: `{reproduce}`");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use headlab_data::syntax::Baseline;
+
+    /// The step a head formed at: the first of the tracked steps from which it beats its rule
+    /// by the margin to the end, read off a history written out by hand.
+    #[test]
+    fn formed_at_is_the_start_of_the_last_run_of_steps_beating_the_rule() {
+        let n = Relation::ALL.len();
+        let k = 2; // antecedent
+        let point = |acc: f64, base: f64| {
+            let mut p: SyntaxPoint = [0.0; 2 + 2 * Relation::ALL.len()];
+            p[2 + k] = acc;
+            p[2 + n + k] = base;
+            p
+        };
+        // Two heads a layer; head 1.1 is index 3.
+        let at = |acc: f64| {
+            vec![point(0.0, 0.5); 3]
+                .into_iter()
+                .chain([point(acc, 0.5)])
+                .collect()
+        };
+        let history = vec![
+            (0, at(0.5)),
+            (100, at(0.7)),
+            (200, at(0.6)),
+            (300, at(0.66)),
+            (400, at(0.9)),
+        ];
+        let r = RelationScore {
+            layer: 1,
+            head: 1,
+            relation: Relation::Antecedent,
+            n: 30,
+            accuracy: 0.9,
+            mass: 0.5,
+            baseline: Baseline {
+                relation: Relation::Antecedent,
+                offset: 2,
+                accuracy: 0.5,
+                n: 30,
+            },
+        };
+        assert_eq!(formed_at(&history, &r, 2), Some(300));
+        assert_eq!(formed_at(&history[..3], &r, 2), None);
+        assert_eq!(formed_at(&[], &r, 2), None);
+    }
+}
