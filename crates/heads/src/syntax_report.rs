@@ -207,7 +207,8 @@ fn heads_name(heads: &[HeadId]) -> String {
         .join("+")
 }
 
-fn has_role(roles: &[SyntaxRoles], r: &RelationScore) -> bool {
+/// Whether head `r` has `r`'s relation among its roles.
+pub fn has_role(roles: &[SyntaxRoles], r: &RelationScore) -> bool {
     roles
         .iter()
         .any(|o| (o.layer, o.head) == (r.layer, r.head) && o.roles.contains(&r.relation))
@@ -332,7 +333,7 @@ pub fn agreement_csv(sweep: &[AblationRow]) -> String {
 
 /// Per relation, the head of best accuracy (the first in layer-major order on ties), among
 /// relations with arcs.
-fn best_heads(scores: &SyntaxScores) -> Vec<&RelationScore> {
+pub fn best_heads(scores: &SyntaxScores) -> Vec<&RelationScore> {
     Relation::ALL
         .iter()
         .filter_map(|&rel| {

@@ -22,7 +22,7 @@ use headlab_heads::syntax::{
     AblationKind, ROLE_MARGIN, RelationScore, SYNTAX_HISTORY_FILE, SyntaxPoint,
     parse_syntax_history,
 };
-use headlab_heads::syntax_report::{SyntaxReport, measure, syntactic_head};
+use headlab_heads::syntax_report::{self, SyntaxReport, measure, syntactic_head};
 use headlab_report::plot::{Series, line_chart};
 use headlab_report::report_run;
 use headlab_train::config::RunConfig;
@@ -179,25 +179,12 @@ pub fn formed_at(
 
 /// The best head of each relation in `report` (the most accurate; the first on a tie).
 fn best_heads(report: &SyntaxReport) -> Vec<&RelationScore> {
-    Relation::ALL
-        .iter()
-        .filter_map(|&rel| {
-            report
-                .scores
-                .relations
-                .iter()
-                .filter(|r| r.relation == rel && r.n > 0)
-                .reduce(|b, r| if r.accuracy > b.accuracy { r } else { b })
-        })
-        .collect()
+    syntax_report::best_heads(&report.scores)
 }
 
 /// Whether `r` has a role in `report`.
 fn has_role(report: &SyntaxReport, r: &RelationScore) -> bool {
-    report
-        .roles
-        .iter()
-        .any(|o| (o.layer, o.head) == (r.layer, r.head) && o.roles.contains(&r.relation))
+    syntax_report::has_role(&report.roles, r)
 }
 
 /// `syntax.csv` ([`SYNTAX_LAB_HEADER`]).
