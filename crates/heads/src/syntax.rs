@@ -858,13 +858,15 @@ pub fn ablation_sweep(
 
 /// The syntactic head `head` zeroed alone, then each other head of its layer alone, in head
 /// order: whether it, rather than any head beside it, carries agreement. Rows as
-/// [`ablation_sweep`]'s (no intact row).
+/// [`ablation_sweep`]'s (no intact row); a head already zeroed alone in `known` (rows of the
+/// same probe and sampling) is taken from there, not measured again.
 pub fn layer_sweep(
     model: &Gpt,
     tokenizer: &Tokenizer,
     probe: &SyntaxProbe,
     head: HeadId,
     sample: (usize, u64),
+    known: &[AblationRow],
     device: &Device,
 ) -> Result<Vec<AblationRow>, SyntaxScoreError> {
     check_heads(model, &[head])?;
@@ -874,12 +876,19 @@ pub fn layer_sweep(
     std::iter::once(head)
         .chain(others)
         .map(|h| {
+            let kind = if h == head {
+                AblationKind::Syntactic
+            } else {
+                AblationKind::SameLayer
+            };
+            if let Some(row) = known.iter().find(|r| r.result.ablated == [h]) {
+                return Ok(AblationRow {
+                    kind,
+                    ..row.clone()
+                });
+            }
             Ok(AblationRow {
-                kind: if h == head {
-                    AblationKind::Syntactic
-                } else {
-                    AblationKind::SameLayer
-                },
+                kind,
                 result: forced_choice(model, tokenizer, probe, &[h], device)?,
                 sampled: sampled_agreement(model, tokenizer, &[h], sample.0, sample.1)?,
             })
@@ -1286,7 +1295,7 @@ mod tests {
     #[test]
     fn layer_sweep_zeroes_the_head_then_each_other_head_of_its_layer_alone() {
         let (model, tokenizer, probe, device) = setup();
-        let rows = layer_sweep(&model, &tokenizer, &probe, (1, 1), (0, 1), &device).unwrap();
+        let rows = layer_sweep(&model, &tokenizer, &probe, (1, 1), (0, 1), &[], &device).unwrap();
         let sets: Vec<(AblationKind, Vec<HeadId>)> = rows
             .iter()
             .map(|r| (r.kind, r.result.ablated.clone()))
@@ -1303,7 +1312,15 @@ mod tests {
                 (alone.n, alone.accuracy)
             );
         }
-        let msg = layer_sweep(&model, &tokenizer, &probe, (2, 0), (0, 1), &device)
+        // Rows already measured are taken as they are, with this sweep's kinds.
+        let again = layer_sweep(&model, &tokenizer, &probe, (1, 1), (0, 1), &rows, &device);
+        let kinds = |rs: &[AblationRow]| -> Vec<(AblationKind, Vec<Choice>)> {
+            rs.iter()
+                .map(|r| (r.kind, r.result.choices.clone()))
+                .collect()
+        };
+        assert_eq!(kinds(&again.unwrap()), kinds(&rows));
+        let msg = layer_sweep(&model, &tokenizer, &probe, (2, 0), (0, 1), &[], &device)
             .unwrap_err()
             .to_string();
         assert!(msg.contains("2.0"), "{msg}");

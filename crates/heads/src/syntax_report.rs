@@ -149,14 +149,9 @@ pub fn measure(
         device,
     )?;
     if let Some(r) = syntactic_head(&scores, &roles) {
-        sweep.extend(layer_sweep(
-            model,
-            tokenizer,
-            &probe,
-            (r.layer, r.head),
-            sample,
-            device,
-        )?);
+        let head = (r.layer, r.head);
+        let rows = layer_sweep(model, tokenizer, &probe, head, sample, &sweep, device)?;
+        sweep.extend(rows);
     }
     let report = SyntaxReport {
         sentences,
