@@ -331,7 +331,8 @@ fn heads_work_on_a_bpe_run_and_label_tokens_with_visible_whitespace() {
 /// A reduced `lab syntax` (1 and 2 heads, one seed, 60 steps): syntax.csv holds, per run and
 /// relation, the best head of that run's own heads/syntax.csv (found here by a loop over its
 /// rows: the most accurate head, the first on a tie) with its rule and role; the summary has a
-/// row per run; a head count that does not divide d_model is refused with nothing written.
+/// row per run; the 2-head runs are pruned and the summary's pruning row agrees with their
+/// prune.csv; a head count that does not divide d_model is refused with nothing written.
 #[test]
 fn a_reduced_lab_syntax_reports_each_runs_best_head_per_relation() {
     let dir = tempfile::tempdir().unwrap();
@@ -399,6 +400,59 @@ fn a_reduced_lab_syntax_reports_each_runs_best_head_per_relation() {
         assert!(summary.contains(row), "{summary}");
     }
     assert!(dir.path().join("s/syntax.png").is_file());
+
+    // The runs with the most heads (2 a layer) are pruned, the others not; the summary's
+    // counts of heads removed at no cost are counted again here from prune.csv's rows.
+    assert!(!dir.path().join("s/h1-s1/prune").exists());
+    let prune = read("s/h2-s1/prune/prune.csv");
+    let rows: Vec<Vec<&str>> = prune
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(
+        rows.len(),
+        5 * 5,
+        "5 orders of 4 removals and the intact model:\n{prune}"
+    );
+    let free = |order: &str| -> usize {
+        let of: Vec<&Vec<&str>> = rows.iter().filter(|r| r[0] == order).collect();
+        let (loss, agreement): (f64, f64) = (of[0][4].parse().unwrap(), of[0][5].parse().unwrap());
+        of[1..]
+            .iter()
+            .take_while(|r| {
+                r[4].parse::<f64>().unwrap() <= loss * 1.01
+                    && r[5].parse::<f64>().unwrap() >= agreement - 0.01
+            })
+            .count()
+    };
+    let want = format!(
+        "| {} / {} / {}, {}, {} |",
+        free("importance"),
+        free("reverse"),
+        free("random-1"),
+        free("random-2"),
+        free("random-3")
+    );
+    let section = summary
+        .split("## Pruning the 2-head models")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no pruning section:\n{summary}"));
+    let row = section.lines().find(|l| l.starts_with("| 1 | ")).unwrap();
+    assert!(row.contains(&want), "{want} not in {row}");
+    let last: Vec<&str> = rows
+        .iter()
+        .filter(|r| r[0] == "importance")
+        .rev()
+        .take(3)
+        .map(|r| r[2])
+        .collect();
+    assert!(row.contains(&last.join(", ")), "{last:?} not in {row}");
+    assert!(dir.path().join("s/prune.png").is_file());
+    // The page shown is the pruned run's, with its pruning curves.
+    assert_eq!(read("s/report.html"), read("s/h2-s1/report.html"));
+    assert_eq!(read("s/heads.html"), read("s/h2-s1/heads/heads.html"));
+    assert!(read("s/report.html").contains("\"pruning\":[{"));
 
     let out = headlab(
         &["lab", "syntax", "--out", "bad", "--heads", "3"],

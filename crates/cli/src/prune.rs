@@ -5,12 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::Args;
-use headlab_data::BuiltinCorpus;
-use headlab_heads::Probe;
-use headlab_heads::prune_report::{prune_csv, prune_json, summary};
-use headlab_heads::pruning::{Order, PruneError, prune_curve};
-use headlab_heads::syntax::{MAX_SENTENCES, val_probe};
-use headlab_report::plot::{Series, line_chart};
+use headlab_heads::pruning::{PruneError, prune_run};
+use headlab_report::pruning::write_pruning;
 use headlab_report::report_run;
 use headlab_train::trainer::load_dataset;
 
@@ -44,73 +40,9 @@ pub fn run(args: PruneArgs) -> Result<()> {
     }
     let data = load_dataset(&run, &config, tokenizer.clone())
         .context("pruning measures the loss on the run's val split")?;
-    let block = config.model.block_size;
-    let probe = Probe::new(
-        &data,
-        block,
-        tokenizer.vocab_size(),
-        None,
-        config.train.seed,
-    )?;
-    let grammar = config.data.builtin.as_deref() == Some(BuiltinCorpus::Grammar.name());
-    let syntax = if grammar {
-        val_probe(&data, &tokenizer, MAX_SENTENCES)?.map(|(p, _)| p)
-    } else {
-        None
-    };
-    let mut orders = vec![Order::Importance, Order::Reverse];
-    orders.extend(args.seeds.iter().map(|&s| Order::Random(s)));
-    let mut curves = Vec::new();
-    for order in orders {
-        headlab_train::log_line!(
-            "prune: {} order, {} heads",
-            order.name(),
-            n_layers * n_heads
-        );
-        let with = syntax.as_ref().map(|p| (&tokenizer, p));
-        curves.push(prune_curve(&model, &probe, with, order, &device)?);
-    }
+    let curves = prune_run(&model, &config, &data, &tokenizer, &args.seeds, &device)?;
     let out = args.out.clone().unwrap_or_else(|| run.root.join("prune"));
-    std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let write = |name: &str, text: String| {
-        let path = out.join(name);
-        std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))
-    };
-    write("prune.csv", prune_csv(&curves))?;
-    write("prune.json", prune_json(&curves).to_string())?;
-    let text = summary(&curves);
-    write("summary.txt", text.clone())?;
-    let series = |f: &dyn Fn(&headlab_heads::pruning::PruneStep) -> Option<f64>| -> Vec<Series> {
-        curves
-            .iter()
-            .map(|c| Series {
-                label: c.order.name(),
-                points: c
-                    .steps
-                    .iter()
-                    .enumerate()
-                    .filter_map(|(k, s)| f(s).map(|v| (k as f64, v)))
-                    .collect(),
-                faint: matches!(c.order, Order::Random(_)),
-            })
-            .collect()
-    };
-    line_chart(
-        &out.join("prune.png"),
-        "val loss as heads are removed, by order of removal",
-        "heads removed",
-        "val loss",
-        &series(&|s| Some(s.val_loss)),
-    )?;
-    if syntax.is_some() {
-        line_chart(
-            &out.join("agreement.png"),
-            "forced-choice agreement as heads are removed (0.5 is chance)",
-            "heads removed",
-            "agreement",
-            &series(&|s| s.agreement),
-        )?;
-    }
+    let text = write_pruning(&out, &curves)?;
     print!("{text}");
     eprintln!(
         "wrote prune.csv, prune.json, prune.png and summary.txt in {}",

@@ -7,7 +7,7 @@
 //! head and quality drops" is read off the first removals.
 
 use burn::tensor::{Device, Tensor, TensorData};
-use headlab_data::Tokenizer;
+use headlab_data::{BuiltinCorpus, DataError, Dataset, Tokenizer};
 use headlab_model::{ForwardOptions, Gpt};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -16,7 +16,9 @@ use thiserror::Error;
 
 use crate::analysis::{gradient_importance_at, held_out_loss};
 use crate::probe::Probe;
-use crate::syntax::{HeadId, SyntaxProbe, SyntaxScoreError, forced_choice};
+use crate::syntax::{
+    HeadId, MAX_SENTENCES, SyntaxProbe, SyntaxScoreError, forced_choice, val_probe,
+};
 #[cfg(doc)]
 use headlab_data::syntax::Construction;
 
@@ -41,6 +43,9 @@ pub enum PruneError {
     /// The forced choice.
     #[error(transparent)]
     Syntax(#[from] SyntaxScoreError),
+    /// Drawing the held-out batches.
+    #[error(transparent)]
+    Data(#[from] DataError),
 }
 
 /// In which order heads are removed.
@@ -164,6 +169,51 @@ pub fn prune_curve(
         steps.push(measure(&mask, &removed, Some(head))?);
     }
     Ok(PruneCurve { order, steps })
+}
+
+/// Every curve `headlab prune` draws for a run trained with `config` on `data`: the
+/// importance order, the reverse order and one random order per seed of `random_seeds`,
+/// measured on the head table's held-out batches (drawn with the run's seed) and, on the
+/// grammar corpus, on the forced choice over the val split's first sentences. Logs a line per
+/// order, since each takes a gradient pass per removal.
+pub fn prune_run(
+    model: &Gpt,
+    config: &headlab_train::config::RunConfig,
+    data: &Dataset,
+    tokenizer: &Tokenizer,
+    random_seeds: &[u64],
+    device: &Device,
+) -> Result<Vec<PruneCurve>, PruneError> {
+    let (n_layers, n_heads) = (model.config.n_layers, model.config.n_heads);
+    if n_layers * n_heads < 2 {
+        return Err(PruneError::OneHead { n_layers, n_heads });
+    }
+    let probe = Probe::new(
+        data,
+        config.model.block_size,
+        tokenizer.vocab_size(),
+        None,
+        config.train.seed,
+    )?;
+    let syntax = if config.data.builtin.as_deref() == Some(BuiltinCorpus::Grammar.name()) {
+        val_probe(data, tokenizer, MAX_SENTENCES)?.map(|(p, _)| p)
+    } else {
+        None
+    };
+    let mut orders = vec![Order::Importance, Order::Reverse];
+    orders.extend(random_seeds.iter().map(|&s| Order::Random(s)));
+    orders
+        .into_iter()
+        .map(|order| {
+            headlab_train::log_line!(
+                "prune: {} order, {} heads",
+                order.name(),
+                n_layers * n_heads
+            );
+            let with = syntax.as_ref().map(|p| (tokenizer, p));
+            prune_curve(model, &probe, with, order, device)
+        })
+        .collect()
 }
 
 /// How many heads `curve` removes before the loss rises by `loss_share` of the intact loss

@@ -109,6 +109,9 @@ pub enum LabError {
     /// The path patching of a lab's circuit.
     #[error(transparent)]
     Path(#[from] headlab_heads::PathError),
+    /// Pruning a lab's model.
+    #[error(transparent)]
+    Prune(#[from] headlab_heads::pruning::PruneError),
     /// A stop request while the lab measured a finished run: the runs it finished are kept.
     #[error(
         "interrupted while the lab measured its runs; the runs it finished are kept in {}. \

@@ -3,7 +3,10 @@
 //! best fixed-offset rule (Clark et al. 2019); the run's syntactic head (the one that beats
 //! its rule by the most), the step it formed at (from `syntax_history.csv`) and what zeroing
 //! it alone does to agreement, by construction; and whether each relation finds a head on
-//! every seed.
+//! every seed. The models with the most heads are pruned as Michel et al. 2019 pruned theirs
+//! (heads removed one at a time by recomputed gradient importance, against the reverse and
+//! random orders): how many heads go before the loss or agreement moves, and when the
+//! syntactic head goes.
 //!
 //! Files: one run per head count and seed (`h<H>-s<SEED>/`, with its `heads/` syntax files and
 //! `report.html`); `syntax.csv` ([`SYNTAX_LAB_HEADER`]: per run and relation, `n_heads`,
@@ -11,20 +14,27 @@
 //! and `baseline_accuracy`, `role` (beats the rule by the role margin over enough arcs),
 //! `syntactic` (it is the run's syntactic head) and `formed_at` (the first tracked step from
 //! which it beat the rule by the margin at every later one; empty if not the syntactic head));
-//! `syntax.png` and `summary.md`.
+//! `syntax.png`; `prune.png` (the pruned models' val loss as heads go, importance order against
+//! the mean of the random ones, per seed; each pruned run's own curves and CSV are in its
+//! `prune/`); `report.html` and `heads.html`, the page and head explorer of the pruned run
+//! whose syntactic head beats its rule by the most; and `summary.md`.
 
 use std::fmt::Write as _;
 use std::path::Path;
 use std::time::Instant;
 
+use headlab_data::Split;
 use headlab_data::syntax::{Construction, Relation};
+use headlab_heads::pruning::{Order, PruneCurve, prune_run, removable};
 use headlab_heads::syntax::{
     AblationKind, ROLE_MARGIN, RelationScore, SYNTAX_HISTORY_FILE, SyntaxPoint,
     parse_syntax_history,
 };
 use headlab_heads::syntax_report::{self, SyntaxReport, measure, syntactic_head};
-use headlab_report::plot::{Series, line_chart};
-use headlab_report::report_run;
+use headlab_heads::{Probe, head_report};
+use headlab_report::plot::{Series, Style, line_chart, line_chart_styled};
+use headlab_report::pruning::write_pruning;
+use headlab_report::{report_run, write_head_report};
 use headlab_train::config::RunConfig;
 
 use crate::{LabError, Runs, lab_config, open, train_run, write, write_summary};
@@ -37,6 +47,13 @@ pub const SEEDS: [u64; 3] = [1, 2, 3];
 
 /// The head counts when none are given.
 pub const HEAD_COUNTS: [usize; 4] = [1, 2, 4, 8];
+
+/// The seeds of the random pruning orders, as `headlab prune` draws them by default.
+pub const PRUNE_SEEDS: [u64; 3] = [1, 2, 3];
+
+/// A pruned head goes "at no cost" while the val loss stays within this share of the intact
+/// model's and agreement within this many points (as `headlab prune`'s summary counts).
+const PRUNE_BOUND: (f64, f64) = (0.01, 0.01);
 
 /// `syntax.csv`'s header (the module's doc says what each column is).
 pub const SYNTAX_LAB_HEADER: &str = "n_heads,seed,relation,layer,head,accuracy,baseline_offset,\
@@ -53,6 +70,9 @@ pub struct SyntaxRun {
     pub report: SyntaxReport,
     /// The step its syntactic head formed at (see [`formed_at`]).
     pub formed_at: Option<usize>,
+    /// Its pruning curves (importance, reverse, then the random orders), for the runs with
+    /// the lab's largest head count; empty for the others.
+    pub pruning: Vec<PruneCurve>,
 }
 
 /// What `lab syntax` measured.
@@ -82,6 +102,21 @@ pub fn run(
     let lab = syntax_lab(base, seeds, head_counts, out, runs)?;
     write(&out.join("syntax.csv"), &syntax_csv(&lab))?;
     syntax_png(&lab, &out.join("syntax.png"))?;
+    prune_png(&lab, &out.join("prune.png"))?;
+    if let Some(shown) = shown_run(&lab) {
+        let dir = out.join(format!("h{}-s{}", shown.n_heads, shown.seed));
+        for (from, to) in [
+            ("report.html", "report.html"),
+            ("heads/heads.html", "heads.html"),
+        ] {
+            let from = dir.join(from);
+            std::fs::copy(&from, out.join(to)).map_err(|source| LabError::File {
+                action: "copy",
+                path: from,
+                source,
+            })?;
+        }
+    }
     write_summary(out, summary(&lab, reproduce))
 }
 
@@ -109,6 +144,8 @@ pub fn syntax_lab(
     }
     let started = Instant::now();
     let total = head_counts.len() * seeds.len();
+    let most = head_counts.iter().copied().max().unwrap_or(0);
+    let pruned = |h: usize| h == most && h * base.model.n_layers >= 2;
     let mut out = Vec::new();
     for &h in head_counts {
         for &seed in &seeds {
@@ -137,6 +174,27 @@ pub fn syntax_lab(
                 .unwrap_or_default();
             let formed = syntactic_head(&report.scores, &report.roles)
                 .and_then(|r| formed_at(&history, r, h));
+            let pruning = if pruned(h) {
+                headlab_train::log_line!("lab syntax: pruning {h} heads, seed {seed}");
+                let curves = prune_run(model, config, &data, tokenizer, &PRUNE_SEEDS, &device)?;
+                write_pruning(&run_dir.join("prune"), &curves)?;
+                // The head table too, as `headlab heads` writes it, for the run's page and
+                // head explorer, which the lab shows.
+                let block = config.model.block_size;
+                let map_ids = data.tokens(Split::Val).to_vec(0..block.min(32));
+                let probe = Probe::new(&data, block, tokenizer.vocab_size(), None, seed)?;
+                let mut table = head_report(model, tokenizer, &probe, &map_ids, &device);
+                for (row, roles) in table.rows.iter_mut().zip(&report.roles) {
+                    row.roles = roles.roles.iter().map(|r| r.name().to_string()).collect();
+                }
+                let title = format!("headlab lab syntax: {h} heads, seed {seed}");
+                let relations = syntax_report::syntax_json(&report);
+                write_head_report(&heads_dir, &title, &table, Some(&relations))?;
+                curves
+            } else {
+                Vec::new()
+            };
+            // After the pruning, so the page draws its curves.
             report_run(&run_dir)?;
             out.push(SyntaxRun {
                 n_heads: h,
@@ -144,6 +202,7 @@ pub fn syntax_lab(
                 val_loss: done.val_loss,
                 report,
                 formed_at: formed,
+                pruning,
             });
         }
     }
@@ -250,6 +309,189 @@ pub fn syntax_png(lab: &SyntaxLab, path: &Path) -> Result<(), headlab_report::Re
         "accuracy - rule",
         &series,
     )
+}
+
+/// The run whose page the lab shows: among the pruned runs (all runs if none was pruned),
+/// the one whose syntactic head beats its rule by the most, else the first.
+fn shown_run(lab: &SyntaxLab) -> Option<&SyntaxRun> {
+    let pruned: Vec<&SyntaxRun> = lab.runs.iter().filter(|r| !r.pruning.is_empty()).collect();
+    let among = if pruned.is_empty() {
+        lab.runs.iter().collect()
+    } else {
+        pruned
+    };
+    let margin = |r: &SyntaxRun| {
+        syntactic_head(&r.report.scores, &r.report.roles).map(|s| s.accuracy - s.baseline.accuracy)
+    };
+    among
+        .iter()
+        .copied()
+        .filter(|r| margin(r).is_some())
+        .reduce(|b, r| if margin(r) > margin(b) { r } else { b })
+        .or_else(|| among.first().copied())
+}
+
+/// `prune.png`: for each pruned run, the val loss's rise over the intact model's (percent) as
+/// heads go in the importance order, and the mean of its random orders (faint, same colour).
+pub fn prune_png(lab: &SyntaxLab, path: &Path) -> Result<(), headlab_report::ReportError> {
+    let rise = |curve: &PruneCurve| -> Vec<f64> {
+        let intact = curve.steps[0].val_loss;
+        curve
+            .steps
+            .iter()
+            .map(|s| 100.0 * (s.val_loss / intact - 1.0))
+            .collect()
+    };
+    let points = |ys: Vec<f64>| -> Vec<(f64, f64)> {
+        ys.into_iter()
+            .enumerate()
+            .map(|(k, y)| (k as f64, y))
+            .collect()
+    };
+    let mut series = Vec::new();
+    for (i, run) in lab
+        .runs
+        .iter()
+        .filter(|r| !r.pruning.is_empty())
+        .enumerate()
+    {
+        if let Some(c) = run.pruning.iter().find(|c| c.order == Order::Importance) {
+            let s = Series {
+                label: format!("seed {}: importance order", run.seed),
+                points: points(rise(c)),
+                faint: false,
+            };
+            series.push((s, Style::nth(i)));
+        }
+        let random: Vec<Vec<f64>> = run
+            .pruning
+            .iter()
+            .filter(|c| matches!(c.order, Order::Random(_)))
+            .map(rise)
+            .collect();
+        if let Some(first) = random.first() {
+            let mean = (0..first.len())
+                .map(|k| random.iter().map(|r| r[k]).sum::<f64>() / random.len() as f64)
+                .collect();
+            let s = Series {
+                label: format!("seed {}: random orders, mean of {}", run.seed, random.len()),
+                points: points(mean),
+                faint: true,
+            };
+            series.push((s, Style::nth(i)));
+        }
+    }
+    let most = lab.head_counts.iter().max().copied().unwrap_or(0);
+    let heads = most * lab.base.model.n_layers;
+    line_chart_styled(
+        path,
+        &format!("pruning the {most}-head models ({heads} heads in all): val loss as heads go"),
+        "heads removed",
+        "val loss over the intact model's (%)",
+        &series,
+    )
+}
+
+/// `lab syntax`'s pruning section: per pruned run, how many heads go at no cost in each
+/// order, the heads the importance order keeps to the last, and where its syntactic head goes.
+fn prune_section(lab: &SyntaxLab) -> String {
+    let pruned: Vec<&SyntaxRun> = lab.runs.iter().filter(|r| !r.pruning.is_empty()).collect();
+    let Some(first) = pruned.first() else {
+        return String::new();
+    };
+    let total = first.pruning[0].steps.len() - 1;
+    let (loss, points) = PRUNE_BOUND;
+    let mut s = format!(
+        "## Pruning the {}-head models\n\nAs Michel et al. 2019 pruned theirs: the {total} heads \
+         removed one at a time, each time the one of least gradient importance on the model \
+         pruned so far; as baselines the reverse order (the most important first) and random \
+         orders (seeds {}). A head goes at no cost while the val loss (on the head table's \
+         held-out batches) stays within {:.0}% of the intact model's and forced-choice \
+         agreement within {:.0} point of it.\n\n\
+         | seed | intact: val loss, agreement | heads removed at no cost: importance / reverse \
+         / random | the last three the importance order keeps (the last first) | the \
+         syntactic head goes |\n|---|---|---|---|---|\n",
+        first.n_heads,
+        PRUNE_SEEDS.map(|s| s.to_string()).join(", "),
+        loss * 100.0,
+        points * 100.0,
+    );
+    let count = |run: &SyntaxRun, order: Order| -> Option<usize> {
+        run.pruning
+            .iter()
+            .find(|c| c.order == order)
+            .map(|c| removable(c, loss, points))
+    };
+    let shown = |n: Option<usize>| n.map_or("-".to_string(), |n| n.to_string());
+    let share = |a: Option<f64>| a.map_or("-".to_string(), |a| format!("{a:.2}"));
+    for run in &pruned {
+        let intact = &run.pruning[0].steps[0];
+        let random: Vec<String> = PRUNE_SEEDS
+            .iter()
+            .map(|&x| shown(count(run, Order::Random(x))))
+            .collect();
+        let importance = run.pruning.iter().find(|c| c.order == Order::Importance);
+        let last: Vec<String> = importance.map_or(Vec::new(), |c| {
+            c.steps
+                .iter()
+                .rev()
+                .take(3.min(total))
+                .filter_map(|s| s.removed.map(|(l, h)| format!("{l}.{h}")))
+                .collect()
+        });
+        let goes = match (
+            syntactic_head(&run.report.scores, &run.report.roles),
+            importance,
+        ) {
+            (Some(r), Some(c)) => c
+                .steps
+                .iter()
+                .position(|s| s.removed == Some((r.layer, r.head)))
+                .map_or(String::new(), |k| {
+                    format!(
+                        "{}.{}, removal {k} of {total} (agreement after it {})",
+                        r.layer,
+                        r.head,
+                        share(c.steps[k].agreement)
+                    )
+                }),
+            _ => "none".to_string(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {:.4}, {} | {} / {} / {} | {} | {goes} |",
+            run.seed,
+            intact.val_loss,
+            share(intact.agreement),
+            shown(count(run, Order::Importance)),
+            shown(count(run, Order::Reverse)),
+            random.join(", "),
+            last.join(", "),
+        );
+    }
+    let free = pruned
+        .iter()
+        .filter(|r| r.pruning.iter().any(|c| removable(c, loss, points) > 0))
+        .count();
+    let beats = pruned
+        .iter()
+        .filter(|r| {
+            let importance = count(r, Order::Importance).unwrap_or(0);
+            PRUNE_SEEDS
+                .iter()
+                .all(|&x| count(r, Order::Random(x)).is_none_or(|n| importance >= n))
+        })
+        .count();
+    let _ = writeln!(
+        s,
+        "\nThe seed's claim, \"remove any head and quality drops\": on {free} of {n} models some \
+         order removes a head at no cost. The importance order removes at least as many heads \
+         at no cost as every random order on {beats} of {n}. Each run's curves are in its \
+         `prune/` (`prune.csv`, `prune.png`, `agreement.png`) and on its page; `prune.png` here \
+         sets the importance order against the random ones.\n",
+        n = pruned.len(),
+    );
+    s
 }
 
 /// `lab syntax`'s summary.
@@ -377,10 +619,22 @@ pub fn summary(lab: &SyntaxLab, reproduce: &str) -> String {
         s += "\n";
     }
     s += "\n(In each cell: the seeds whose best head on the relation has a role, and each \
-          seed's best accuracy minus the rule's.)\n\nFiles: `syntax.csv` (per run and \
+          seed's best accuracy minus the rule's.)\n\n";
+    s += &prune_section(lab);
+    if let Some(r) = shown_run(lab) {
+        let _ = writeln!(
+            s,
+            "The page of run h{}-s{} ([report.html](report.html), its head explorer \
+             [heads.html](heads.html)) replays its heads through training, with its relation \
+             table and pruning curves.\n",
+            r.n_heads, r.seed
+        );
+    }
+    s += "Files: `syntax.csv` (per run and \
           relation), `syntax.png` (the best head's margin over the rule against the head \
-          count), and each run's folder (`h<H>-s<SEED>/`, its `heads/syntax.csv`, \
-          `heads/agreement.csv` and `report.html`).\n\n";
+          count), `prune.png` (the pruned models' loss curves), and each run's folder \
+          (`h<H>-s<SEED>/`, its `heads/syntax.csv`, `heads/agreement.csv`, `prune/` where it was \
+          pruned, and `report.html`).\n\n";
     let _ = writeln!(s, "Reproduce: `{reproduce}`");
     s
 }

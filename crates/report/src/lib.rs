@@ -21,6 +21,7 @@ pub mod loss;
 pub mod observer;
 pub mod page;
 pub mod plot;
+pub mod pruning;
 pub mod run_report;
 pub mod score_chart;
 
