@@ -1241,6 +1241,89 @@ fn patch_sweeps_every_site_and_refuses_prompts_that_do_not_line_up() {
     assert!(!dir.path().join("empty/patch").exists());
 }
 
+/// `headlab patch --attribution --exact` on the exported char model: attribution-patch.csv has a
+/// row for every patch of patch.csv, at the same sites; comparison.txt's correlations equal
+/// Pearson's, recomputed here from the two CSVs; two runs write the same estimates; and
+/// `--exact` without `--attribution` or with `--path` is refused with exit 2.
+#[test]
+fn attribution_patching_estimates_every_patch_and_says_how_well() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports/char");
+    ok(&headlab(
+        &["import", "hf", export.to_str().unwrap(), "--out", "imp"],
+        dir.path(),
+    ));
+    let patch = |extra: &[&str], out: &str| {
+        let mut args = vec![
+            "patch",
+            "imp",
+            "--clean",
+            "the spy sees the sp",
+            "--corrupted",
+            "the dog sees the sp",
+            "--answer",
+            "y",
+            "--versus",
+            "e",
+            "--out",
+            out,
+        ];
+        args.extend_from_slice(extra);
+        headlab(&args, dir.path())
+    };
+    ok(&patch(&["--attribution", "--exact"], "both"));
+    let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
+    let (exact, estimate) = (read("both/patch.csv"), read("both/attribution-patch.csv"));
+    let rows = |csv: &str| -> Vec<(String, f64)> {
+        csv.lines()
+            .skip(1)
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                (f[..3].join(","), f[f.len() - 1].parse().unwrap())
+            })
+            .collect()
+    };
+    let (e, a) = (rows(&exact), rows(&estimate));
+    assert_eq!(e.len(), a.len());
+    let pearson = |x: &[f64], y: &[f64]| {
+        let n = x.len() as f64;
+        let mx = x.iter().sum::<f64>() / n;
+        let my = y.iter().sum::<f64>() / n;
+        let cov: f64 = x.iter().zip(y).map(|(a, b)| (a - mx) * (b - my)).sum();
+        let vx: f64 = x.iter().map(|a| (a - mx).powi(2)).sum();
+        let vy: f64 = y.iter().map(|b| (b - my).powi(2)).sum();
+        cov / (vx * vy).sqrt()
+    };
+    let comparison = read("both/comparison.txt");
+    for site in ["resid_pre", "attn_out", "mlp_out", "head", "all"] {
+        let (x, y): (Vec<f64>, Vec<f64>) = e
+            .iter()
+            .zip(&a)
+            .filter(|(p, q)| {
+                assert_eq!(p.0, q.0);
+                site == "all" || p.0.starts_with(&format!("{site},"))
+            })
+            .map(|(p, q)| (p.1, q.1))
+            .unzip();
+        let want = format!(
+            "  {site:<10}{:>+7.3}  over {} patches",
+            pearson(&x, &y),
+            x.len()
+        );
+        assert!(comparison.contains(&want), "{want:?} not in\n{comparison}");
+    }
+    assert!(dir.path().join("both/attribution-patch-head.png").is_file());
+    ok(&patch(&["--attribution"], "again"));
+    assert_eq!(read("again/attribution-patch.csv"), estimate);
+    assert!(!dir.path().join("again/patch.csv").exists());
+
+    for extra in [&["--exact"][..], &["--attribution", "--path", "all"]] {
+        let out = patch(extra, "bad");
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        assert!(!dir.path().join("bad").exists());
+    }
+}
+
 /// `headlab patch --path all` on the exported char model: path.csv holds every sender ->
 /// later receiver x Q/K/V path with the metric TransformerLens 4.3's direct path patching
 /// measured on the same prompts (tools/tl-path.py); a head that does not exist, a receiver

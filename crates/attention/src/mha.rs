@@ -180,6 +180,10 @@ pub struct AttentionOptions {
     /// Activation patching: head `.0`'s output is replaced by that head's slice of `.1`
     /// `[b, n_heads, t_q, d_k]` (another run's outputs) at every position, after mask and bias.
     pub head_patch: Option<(usize, Tensor<4>)>,
+    /// `[b, n_heads, t_q, d_k]` added to every head's output after the patch: zeros that
+    /// require gradients give the gradient with respect to each head's output (attribution
+    /// patching) without changing the forward pass.
+    pub head_delta: Option<Tensor<4>>,
 }
 
 impl AttentionOptions {
@@ -191,6 +195,7 @@ impl AttentionOptions {
             && !self.return_weights
             && !self.return_head_outputs
             && self.head_patch.is_none()
+            && self.head_delta.is_none()
     }
 
     /// Options that ask for the attention weights.
@@ -358,6 +363,9 @@ impl MultiHeadAttention {
             ]);
             let keep = pick.clone().neg().add_scalar(1.0);
             context = context.mul(keep).add(value.mul(pick));
+        }
+        if let Some(delta) = options.head_delta {
+            context = context.add(delta);
         }
         // [b, h, t_q, d_k] -> [b, t_q, h, d_k] -> [b, t_q, h * d_k]
         let context = context.swap_dims(1, 2).reshape([b, t_q, self.d_model()]);

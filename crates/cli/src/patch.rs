@@ -4,10 +4,12 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
+use headlab_heads::attribution_patching::attribution_sweeps;
 use headlab_heads::patch_report::{
-    Labels, Prompts, page_json, patch_csv, path_csv, path_summary, summary, too_close,
+    Labels, Prompts, attribution_comparison, page_json, patch_csv, path_csv, path_summary, summary,
+    too_close,
 };
-use headlab_heads::{Metric, Paths, patch_sweeps, path_sweep};
+use headlab_heads::{Metric, Patching, Paths, patch_sweeps, path_sweep};
 use headlab_report::heatmap::heatmap_png;
 use headlab_report::report_run;
 
@@ -37,6 +39,15 @@ pub struct PatchArgs {
     /// and path.png.
     #[arg(long, value_name = "L.H | L.H:M.G | all", value_parser = parse_paths, allow_negative_numbers = true)]
     pub path: Option<Paths>,
+    /// Estimate every patch at once by attribution patching (the first-order estimate
+    /// `(clean - corrupted) . d metric / d activation`, two forward passes and one backward
+    /// pass) instead of patching each site: writes attribution-patch.csv and one PNG per site.
+    #[arg(long, conflicts_with = "path")]
+    pub attribution: bool,
+    /// With --attribution, patch every site exactly too, and write beside both how far the
+    /// estimates agree with the exact patches (comparison.txt).
+    #[arg(long, requires = "attribution")]
+    pub exact: bool,
     /// Largest effects to print.
     #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = whole_number::<usize>)]
     pub top: usize,
@@ -97,11 +108,19 @@ pub fn run(args: PatchArgs) -> Result<()> {
             &device,
         );
     }
-    let result = patch_sweeps(&trained.model, &clean, &corrupted, metric, &device)?;
-    let warning = too_close(&result);
-    if let Some(w) = &warning {
-        eprintln!("warning: {w}");
-    }
+    let model = &trained.model;
+    // Both measured before anything is written: a refusal leaves nothing behind.
+    let started = std::time::Instant::now();
+    let exact = (!args.attribution || args.exact)
+        .then(|| patch_sweeps(model, &clean, &corrupted, metric, &device))
+        .transpose()?;
+    let exact_seconds = started.elapsed().as_secs_f64();
+    let started = std::time::Instant::now();
+    let estimate = args
+        .attribution
+        .then(|| attribution_sweeps(model, &clean, &corrupted, metric, &device))
+        .transpose()?;
+    let estimate_seconds = started.elapsed().as_secs_f64();
     let labels = Labels {
         clean: &clean,
         corrupted: &corrupted,
@@ -109,9 +128,45 @@ pub fn run(args: PatchArgs) -> Result<()> {
     };
     let out = args.out.clone().unwrap_or_else(|| run.root.join("patch"));
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
-    let csv = out.join("patch.csv");
-    std::fs::write(&csv, patch_csv(&result, &labels))
-        .with_context(|| format!("writing {}", csv.display()))?;
+    if let Some(estimate) = &estimate {
+        if let Some(w) = too_close(estimate) {
+            eprintln!("warning: {w}");
+        }
+        let pictures = write_sweeps(&out, "attribution-patch", estimate, &labels)?;
+        println!("attribution patching (first-order estimates):");
+        print!("{}", summary(estimate, args.top, &labels));
+        eprintln!(
+            "attribution patching: 2 forward passes and 1 backward pass in {:.1} ms; \
+             wrote attribution-patch.csv and {pictures} pictures in {}",
+            estimate_seconds * 1e3,
+            out.display()
+        );
+    }
+    let Some(result) = exact else {
+        return Ok(());
+    };
+    if let Some(estimate) = &estimate {
+        let passes: usize = result
+            .sweeps
+            .iter()
+            .map(|s| s.layers * s.columns)
+            .sum::<usize>()
+            + 2;
+        let text = attribution_comparison(&result, estimate, args.top, &labels);
+        let path = out.join("comparison.txt");
+        std::fs::write(&path, &text).with_context(|| format!("writing {}", path.display()))?;
+        println!("exact patching:");
+        print!("{text}");
+        eprintln!(
+            "exact patching: {passes} forward passes in {:.1} ms; wrote {}",
+            exact_seconds * 1e3,
+            path.display()
+        );
+    }
+    let warning = too_close(&result);
+    if let Some(w) = warning.as_ref().filter(|_| estimate.is_none()) {
+        eprintln!("warning: {w}");
+    }
     let prompts = Prompts {
         clean: &args.clean,
         corrupted: &args.corrupted,
@@ -122,16 +177,44 @@ pub fn run(args: PatchArgs) -> Result<()> {
     let json_path = out.join("patch.json");
     std::fs::write(&json_path, json.to_string() + "\n")
         .with_context(|| format!("writing {}", json_path.display()))?;
-    let mut pictures = Vec::new();
+    let pictures = write_sweeps(&out, "patch", &result, &labels)?;
+    if estimate.is_none() {
+        print!("{}", summary(&result, args.top, &labels));
+    }
+    eprintln!(
+        "wrote patch.csv, patch.json and {pictures} pictures in {}",
+        out.display()
+    );
+    // The run's page shows the results kept in RUN/patch.
+    if out == run.root.join("patch") {
+        let page = report_run(&run.root)?;
+        eprintln!("updated {}", page.path.display());
+    }
+    Ok(())
+}
+
+/// `NAME.csv` and one heatmap per sweep (`NAME-SITE.png`) in `out`; returns the pictures'
+/// count. `NAME` is `patch` for exact patching, `attribution-patch` for its first-order estimate.
+fn write_sweeps(
+    out: &std::path::Path,
+    name: &str,
+    result: &Patching,
+    labels: &Labels,
+) -> Result<usize> {
+    let csv = out.join(format!("{name}.csv"));
+    std::fs::write(&csv, patch_csv(result, labels))
+        .with_context(|| format!("writing {}", csv.display()))?;
     for sweep in &result.sweeps {
-        let png = out.join(format!("patch-{}.png", sweep.site));
+        let png = out.join(format!("{name}-{}.png", sweep.site));
         let rows: Vec<String> = (0..sweep.layers).map(|l| format!("layer {l}")).collect();
         let columns = labels.columns(sweep);
         let cells: Vec<String> = sweep.restored.iter().map(|r| format!("{r:.1}")).collect();
-        let title = format!(
-            "{}: share of the clean answer restored (0 corrupted, 1 clean)",
-            sweep.site
-        );
+        let what = if name == "attribution-patch" {
+            "attribution's estimate of the share restored"
+        } else {
+            "share of the clean answer restored"
+        };
+        let title = format!("{}: {what} (0 corrupted, 1 clean)", sweep.site);
         let x_title = "position: the token read there (patched from the clean run)";
         heatmap_png(
             &png,
@@ -141,21 +224,8 @@ pub fn run(args: PatchArgs) -> Result<()> {
             &sweep.restored,
             &cells,
         )?;
-        pictures.push(png);
     }
-    print!("{}", summary(&result, args.top, &labels));
-    eprintln!(
-        "wrote {}, patch.json and {} pictures in {}",
-        csv.display(),
-        pictures.len(),
-        out.display()
-    );
-    // The run's page shows the results kept in RUN/patch.
-    if out == run.root.join("patch") {
-        let page = report_run(&run.root)?;
-        eprintln!("updated {}", page.path.display());
-    }
-    Ok(())
+    Ok(result.sweeps.len())
 }
 
 /// `L.H`: a layer and a head, counted from 0.

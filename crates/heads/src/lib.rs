@@ -35,6 +35,7 @@
 
 pub mod analysis;
 pub mod attribution;
+pub mod attribution_patching;
 pub mod circuits;
 pub mod composition;
 pub mod detector;

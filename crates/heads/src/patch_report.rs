@@ -241,3 +241,79 @@ pub fn path_csv(result: &PathPatching) -> String {
     }
     s
 }
+
+/// Pearson's correlation of two equally long series; NaN when either is constant.
+pub fn correlation(x: &[f64], y: &[f64]) -> f64 {
+    let n = x.len() as f64;
+    let (mx, my) = (x.iter().sum::<f64>() / n, y.iter().sum::<f64>() / n);
+    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
+    for (a, b) in x.iter().zip(y) {
+        sxy += (a - mx) * (b - my);
+        sxx += (a - mx) * (a - mx);
+        syy += (b - my) * (b - my);
+    }
+    if sxx == 0.0 || syy == 0.0 {
+        return f64::NAN;
+    }
+    sxy / (sxx * syy).sqrt()
+}
+
+/// `comparison.txt`: exact patching's largest effects, then how attribution patching's
+/// estimates of the same patches agree with them: per site (and over all sites) the
+/// correlation of the shares restored, and the `top` patches where they differ most.
+pub fn attribution_comparison(
+    exact: &Patching,
+    estimate: &Patching,
+    top: usize,
+    labels: &Labels,
+) -> String {
+    let mut s = summary(exact, top, labels);
+    let _ = writeln!(
+        s,
+        "attribution against exact patching (correlation of the shares restored):"
+    );
+    let (mut all_exact, mut all_estimate) = (Vec::new(), Vec::new());
+    let mut apart: Vec<(f64, f64, f64, String)> = Vec::new();
+    for (e, a) in exact.sweeps.iter().zip(&estimate.sweeps) {
+        let r = correlation(&e.restored, &a.restored);
+        let _ = writeln!(
+            s,
+            "  {:<10}{:>7}  over {} patches",
+            e.site,
+            if r.is_nan() {
+                "n/a".to_string()
+            } else {
+                format!("{r:+.3}")
+            },
+            e.restored.len()
+        );
+        all_exact.extend(&e.restored);
+        all_estimate.extend(&a.restored);
+        for (i, (x, y)) in e.restored.iter().zip(&a.restored).enumerate() {
+            let (l, c) = (i / e.columns, i % e.columns);
+            apart.push((
+                (y - x).abs(),
+                *x,
+                *y,
+                format!("{:<10}{}", e.site, place(e.site, l, c, labels)),
+            ));
+        }
+    }
+    let r = correlation(&all_exact, &all_estimate);
+    let _ = writeln!(
+        s,
+        "  {:<10}{:>+7.3}  over {} patches",
+        "all",
+        r,
+        all_exact.len()
+    );
+    apart.sort_by(|a, b| b.0.total_cmp(&a.0));
+    let _ = writeln!(
+        s,
+        "largest disagreements (share restored: exact, attribution):"
+    );
+    for (_, x, y, what) in apart.iter().take(top) {
+        let _ = writeln!(s, "  {x:>+7.3} {y:>+7.3}  {what}");
+    }
+    s
+}

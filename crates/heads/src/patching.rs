@@ -102,7 +102,7 @@ pub struct Patching {
 }
 
 /// `tokens` as a `[1, t]` batch.
-fn batch(tokens: &[u32], device: &Device) -> Tensor<2, Int> {
+pub(crate) fn batch(tokens: &[u32], device: &Device) -> Tensor<2, Int> {
     let ids: Vec<i64> = tokens.iter().map(|&x| i64::from(x)).collect();
     Tensor::from_data(TensorData::new(ids, [1, tokens.len()]), device)
 }
@@ -123,7 +123,12 @@ pub fn metric_of(logits: Tensor<3>, metric: Metric) -> f64 {
 }
 
 /// Checks the prompts and the metric's tokens against the model.
-fn check(model: &Gpt, clean: &[u32], corrupted: &[u32], metric: Metric) -> Result<(), PatchError> {
+pub(crate) fn check(
+    model: &Gpt,
+    clean: &[u32],
+    corrupted: &[u32],
+    metric: Metric,
+) -> Result<(), PatchError> {
     let c = &model.config;
     if c.norm == Norm::Post {
         return Err(PatchError::PostNorm);
@@ -160,35 +165,18 @@ pub fn patch_sweeps(
 ) -> Result<Patching, PatchError> {
     check(model, clean, corrupted, metric)?;
     let (layers, heads, t) = (model.config.n_layers, model.config.n_heads, clean.len());
-    let run = model.forward_with(
-        batch(clean, device),
-        ForwardOptions {
-            return_sublayers: true,
-            return_head_outputs: true,
-            ..ForwardOptions::default()
-        },
-    );
-    let clean_metric = metric_of(run.logits, metric);
+    let run = model.forward_with(batch(clean, device), Sites::options());
+    let clean_metric = metric_of(run.logits.clone(), metric);
     let corrupted_metric = metric_of(model.forward(batch(corrupted, device)), metric);
     if clean_metric == corrupted_metric {
         return Err(PatchError::NoDifference(clean_metric));
     }
-    // The clean run's stream entering each block, its attention and MLP outputs, rebuilt as
-    // the blocks add them.
-    let mut sublayers = run.sublayers.into_iter().map(|(_, v)| v);
-    let mut x = sublayers.next().expect("the embedding comes first");
-    let (mut resid_pre, mut attn_out, mut mlp_out) = (Vec::new(), Vec::new(), Vec::new());
-    for block in &model.blocks {
-        resid_pre.push(x.clone());
-        let attention = sublayers.next().expect("each block's attention");
-        x = x + attention.clone();
-        attn_out.push(attention);
-        if block.mlp.is_some() {
-            let mlp = sublayers.next().expect("each block's MLP");
-            x = x + mlp.clone();
-            mlp_out.push(mlp);
-        }
-    }
+    let Sites {
+        resid_pre,
+        attn_out,
+        mlp_out,
+        head: head_outputs,
+    } = Sites::of(model, run);
     let patched = |layer: usize, site: PatchSite| {
         let options = ForwardOptions {
             patch: Some((layer, site)),
@@ -251,7 +239,7 @@ pub fn patch_sweeps(
             l,
             PatchSite::Head {
                 head: h,
-                value: run.head_outputs[l].clone(),
+                value: head_outputs[l].clone(),
             },
         )
     }));
@@ -260,6 +248,54 @@ pub fn patch_sweeps(
         corrupted: corrupted_metric,
         sweeps,
     })
+}
+
+/// A run's activations at every site patching sweeps, one per block.
+pub(crate) struct Sites {
+    /// `[b, t, d_model]`: the stream entering the block.
+    pub resid_pre: Vec<Tensor<3>>,
+    /// `[b, t, d_model]`: what its attention adds.
+    pub attn_out: Vec<Tensor<3>>,
+    /// `[b, t, d_model]`: what its MLP adds (empty attention-only).
+    pub mlp_out: Vec<Tensor<3>>,
+    /// `[b, n_heads, t, d_k]`: each head's output before `W_O`.
+    pub head: Vec<Tensor<4>>,
+}
+
+impl Sites {
+    /// What a forward pass must return for [`Sites::of`].
+    pub fn options() -> ForwardOptions {
+        ForwardOptions {
+            return_sublayers: true,
+            return_head_outputs: true,
+            ..ForwardOptions::default()
+        }
+    }
+
+    /// The sites of `run` (made with [`Sites::options`]): the stream entering each block is
+    /// rebuilt from the embedding and the sublayers' outputs as the blocks add them.
+    pub fn of(model: &Gpt, run: headlab_model::GptOutput) -> Self {
+        let mut sublayers = run.sublayers.into_iter().map(|(_, v)| v);
+        let mut x = sublayers.next().expect("the embedding comes first");
+        let (mut resid_pre, mut attn_out, mut mlp_out) = (Vec::new(), Vec::new(), Vec::new());
+        for block in &model.blocks {
+            resid_pre.push(x.clone());
+            let attention = sublayers.next().expect("each block's attention");
+            x = x + attention.clone();
+            attn_out.push(attention);
+            if block.mlp.is_some() {
+                let mlp = sublayers.next().expect("each block's MLP");
+                x = x + mlp.clone();
+                mlp_out.push(mlp);
+            }
+        }
+        Self {
+            resid_pre,
+            attn_out,
+            mlp_out,
+            head: run.head_outputs,
+        }
+    }
 }
 
 /// One path of a direct path patching sweep.

@@ -205,6 +205,21 @@ fn patch_head_input(
     qkv
 }
 
+/// Tensors added at each site of a block. Zeros that require gradients leave the forward
+/// pass as it is and give, in one backward pass, the gradient of whatever the logits feed
+/// with respect to every site at once (attribution patching).
+#[derive(Debug, Clone)]
+pub struct BlockDeltas {
+    /// `[b, t, d_model]`, added to the residual stream entering the block.
+    pub resid_pre: Tensor<3>,
+    /// `[b, n_heads, t, d_k]`, added to each head's output before `W_O`.
+    pub head: Tensor<4>,
+    /// `[b, t, d_model]`, added to the attention sublayer's output.
+    pub attn_out: Tensor<3>,
+    /// `[b, t, d_model]`, added to the MLP's output (unused without an MLP).
+    pub mlp_out: Tensor<3>,
+}
+
 /// What a block's attention is asked to do besides its forward pass.
 #[derive(Debug, Clone, Default)]
 pub struct BlockOptions {
@@ -222,6 +237,16 @@ pub struct BlockOptions {
     /// Another run's values at one site of this block (the residual stream entering it is
     /// patched by the model, before the block runs).
     pub patch: Option<PatchSite>,
+    /// Added at the head outputs and the sublayers' outputs (the model adds `resid_pre`).
+    pub deltas: Option<BlockDeltas>,
+}
+
+/// What happens to the sublayers' outputs before they join the stream.
+struct SublayerHooks {
+    /// Another run's attention or MLP output at one position.
+    patch: Option<PatchSite>,
+    /// `[b, t, d_model]` added to the attention output, then to the MLP's.
+    deltas: Option<(Tensor<3>, Tensor<3>)>,
 }
 
 /// A block's output and what its attention was asked to capture.
@@ -314,15 +339,24 @@ impl Block {
             && head_patch.is_none()
             && input_patch.is_none()
             && !options.return_weights
-            && !options.return_head_outputs;
+            && !options.return_head_outputs
+            && options.deltas.is_none();
         let sublayers = options.return_sublayers;
+        let (head_delta, sublayer_deltas) = match options.deltas {
+            Some(d) => (Some(d.head), Some((d.attn_out, d.mlp_out))),
+            None => (None, None),
+        };
+        let hooks = SublayerHooks {
+            patch: sublayer_patch,
+            deltas: sublayer_deltas,
+        };
         let max_score = sublayers.then(|| self.max_score(h.clone(), offset));
         if plain
             && let Some(output) = self
                 .attn
                 .forward_direct(h.clone(), self.position_at(offset))
         {
-            let mut out = self.finish(x, output, None, None, sublayers, sublayer_patch);
+            let mut out = self.finish(x, output, None, None, sublayers, hooks);
             out.max_score = max_score;
             return out;
         }
@@ -367,6 +401,7 @@ impl Block {
                 return_weights: options.return_weights,
                 return_head_outputs: options.return_head_outputs,
                 head_patch,
+                head_delta,
             },
         );
         let mut out = self.finish(
@@ -375,7 +410,7 @@ impl Block {
             attn.weights,
             attn.head_outputs,
             sublayers,
-            sublayer_patch,
+            hooks,
         );
         out.max_score = max_score;
         out
@@ -416,8 +451,8 @@ impl Block {
         scores.abs().max().div_scalar((self.attn.d_k as f64).sqrt())
     }
 
-    /// The residual add around attention, then the MLP sublayer; `patch` replaces one
-    /// sublayer's output at one position.
+    /// The residual add around attention, then the MLP sublayer; `hooks` replace one
+    /// sublayer's output at one position, or add to both.
     fn finish(
         &self,
         x: Tensor<3>,
@@ -425,16 +460,21 @@ impl Block {
         weights: Option<Tensor<4>>,
         head_outputs: Option<Tensor<4>>,
         sublayers: bool,
-        patch: Option<PatchSite>,
+        hooks: SublayerHooks,
     ) -> BlockOutput {
         let pre = self.norm == Norm::Pre;
-        let (attn_patch, mlp_patch) = match patch {
+        let (attn_delta, mlp_delta) = hooks.deltas.unzip();
+        let (attn_patch, mlp_patch) = match hooks.patch {
             Some(PatchSite::Attention { position, value }) => (Some((position, value)), None),
             Some(PatchSite::Mlp { position, value }) => (None, Some((position, value))),
             _ => (None, None),
         };
         let attn = match attn_patch {
             Some((position, value)) => patch_position(attn, value, position),
+            None => attn,
+        };
+        let attn = match attn_delta {
+            Some(delta) => attn + delta,
             None => attn,
         };
         let attention = sublayers.then(|| attn.clone());
@@ -453,6 +493,10 @@ impl Block {
             let y = mlp.forward(input);
             let y = match mlp_patch {
                 Some((position, value)) => patch_position(y, value, position),
+                None => y,
+            };
+            let y = match mlp_delta {
+                Some(delta) => y + delta,
                 None => y,
             };
             mlp_out = sublayers.then(|| y.clone());

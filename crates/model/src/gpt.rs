@@ -6,7 +6,7 @@ use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Device, FloatDType, Int, Tensor, TensorData};
 
 use crate::block::{
-    Block, BlockOptions, LayerCache, PatchSite, gpt2_linear, layer_norm_config, norm,
+    Block, BlockDeltas, BlockOptions, LayerCache, PatchSite, gpt2_linear, layer_norm_config, norm,
     patch_position,
 };
 use crate::config::{GptConfig, GptConfigError, Norm, Positional};
@@ -51,6 +51,8 @@ pub struct ForwardOptions {
     pub return_sublayers: bool,
     /// Activation patching: block `.0`'s site `.1` takes another run's values.
     pub patch: Option<(usize, PatchSite)>,
+    /// One per block: tensors added at its sites (attribution patching's gradients).
+    pub deltas: Option<Vec<BlockDeltas>>,
 }
 
 /// Logits and, when asked for, attention weights.
@@ -288,6 +290,10 @@ impl Gpt {
                 x = patch_position(x, value.clone(), *position);
                 patch = None;
             }
+            let deltas = options.deltas.as_ref().map(|d| d[layer].clone());
+            if let Some(d) = &deltas {
+                x = x + d.resid_pre.clone();
+            }
             let head_mask = options.head_mask.as_ref().map(|m| {
                 let n_heads = m.dims()[1];
                 // [n_layers, n_heads] -> [1, n_heads] -> [n_heads]
@@ -309,6 +315,7 @@ impl Gpt {
                 return_head_outputs: options.return_head_outputs,
                 return_sublayers: options.return_sublayers,
                 patch,
+                deltas,
             };
             let out = block.forward(x, 0, None, block_options);
             x = out.x;

@@ -19,7 +19,8 @@ pub mod gpt;
 pub mod io;
 
 pub use block::{
-    Block, BlockOptions, BlockOutput, HeadInput, LayerCache, Mlp, PatchSite, patch_position,
+    Block, BlockDeltas, BlockOptions, BlockOutput, HeadInput, LayerCache, Mlp, PatchSite,
+    patch_position,
 };
 pub use config::{Activation, Gelu, GptConfig, GptConfigError, Norm, Positional};
 pub use generate::{Decoder, GenerateError, Sampling};
