@@ -748,6 +748,15 @@ fn a_short_lab_induction_run_forms_an_induction_head() {
     for f in ["heads.png", "attention.png", "heads.html"] {
         assert!(dir.path().join("lab").join(f).is_file(), "{f} missing");
     }
+    // Circuit discovery on the patching's prompts, by both methods, names the circuit's edge.
+    let found = summary
+        .split("**Circuit discovery**")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{summary}"));
+    assert!(
+        found.contains("ACDC keeps") && found.contains("EAP keeps"),
+        "{found}"
+    );
 }
 
 /// A run exported to Hugging Face's format and imported back is the same model to every
@@ -1322,6 +1331,124 @@ fn attribution_patching_estimates_every_patch_and_says_how_well() {
         assert_eq!(out.status.code(), Some(2), "{extra:?}");
         assert!(!dir.path().join("bad").exists());
     }
+}
+
+/// `headlab circuit` on the exported char model (2 layers of 2 heads with MLPs): circuit.csv
+/// has one row per edge of the graph (counted here from the architecture), ACDC keeps exactly
+/// the edges whose score reached the threshold and EAP the edges of largest |score|, the
+/// summary's count and the drawing's curves agree with the CSV, two runs write the same
+/// file, and a threshold out of range, an edge budget too small, prompts with no difference
+/// and an unknown method get exit 2 with nothing written.
+#[test]
+fn circuit_discovery_keeps_edges_by_its_rule_and_refuses_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let export = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports/char");
+    ok(&headlab(
+        &["import", "hf", export.to_str().unwrap(), "--out", "imp"],
+        dir.path(),
+    ));
+    let circuit = |extra: &[&str], out: &str| {
+        let mut args = vec![
+            "circuit",
+            "imp",
+            "--clean",
+            "the spy sees the sp",
+            "--corrupted",
+            "the dog sees the sp",
+            "--answer",
+            "y",
+            "--versus",
+            "e",
+            "--out",
+            out,
+        ];
+        args.extend_from_slice(extra);
+        headlab(&args, dir.path())
+    };
+    // Senders before each receiver: layer 0's 6 inputs read the embedding; mlp 0 reads it and
+    // layer 0's heads; layer 1's inputs read those and mlp 0; mlp 1 and the logits more.
+    let (layers, heads) = (2, 2);
+    let mut edges = 0;
+    for l in 0..layers {
+        let before = 1 + l * (heads + 1);
+        edges += 3 * heads * before + before + heads;
+    }
+    edges += 1 + layers * (heads + 1);
+    let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
+    for (method, out) in [("acdc", "a"), ("eap", "e")] {
+        let printed = ok(&circuit(&["--method", method, "--threshold", "0.05"], out));
+        let csv = read(&format!("{out}/circuit.csv"));
+        let rows: Vec<(f64, bool)> = csv
+            .lines()
+            .skip(1)
+            .map(|l| {
+                let f: Vec<&str> = l.split(',').collect();
+                (f[3].parse().unwrap(), f[4] == "true")
+            })
+            .collect();
+        assert_eq!(
+            csv.lines().next().unwrap(),
+            "sender,receiver,input,score,kept"
+        );
+        assert_eq!(rows.len(), edges, "{csv}");
+        let kept = rows.iter().filter(|r| r.1).count();
+        assert!(
+            printed.contains(&format!("{kept} of {edges} edges kept")),
+            "{printed}"
+        );
+        if method == "acdc" {
+            for (score, k) in &rows {
+                assert_eq!(*k, *score >= 0.05, "{score} {k}");
+            }
+        } else {
+            let smallest_kept = rows
+                .iter()
+                .filter(|r| r.1)
+                .map(|r| r.0.abs())
+                .fold(f64::MAX, f64::min);
+            let largest_dropped = rows
+                .iter()
+                .filter(|r| !r.1)
+                .map(|r| r.0.abs())
+                .fold(0.0, f64::max);
+            assert!(smallest_kept >= largest_dropped, "{csv}");
+        }
+        let svg = read(&format!("{out}/circuit.svg"));
+        assert_eq!(svg.matches("<path ").count(), kept);
+        ok(&circuit(
+            &["--method", method, "--threshold", "0.05"],
+            "again",
+        ));
+        assert_eq!(read("again/circuit.csv"), csv);
+    }
+    for extra in [
+        &["--threshold", "1.5"][..],
+        &["--threshold", "-0.1"],
+        &["--max-edges", "3"],
+        &["--method", "magic"],
+    ] {
+        let out = circuit(extra, "bad");
+        assert_eq!(out.status.code(), Some(2), "{extra:?}");
+        assert!(!dir.path().join("bad").exists(), "{extra:?}");
+    }
+    let same = headlab(
+        &[
+            "circuit",
+            "imp",
+            "--clean",
+            "the spy",
+            "--corrupted",
+            "the spy",
+            "--answer",
+            "y",
+            "--out",
+            "bad",
+        ],
+        dir.path(),
+    );
+    assert_eq!(same.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&same.stderr).contains("nothing for"));
+    assert!(!dir.path().join("bad").exists());
 }
 
 /// `headlab patch --path all` on the exported char model: path.csv holds every sender ->

@@ -17,6 +17,7 @@ use clap::{Parser, Subcommand};
 use headlab_labs::LabError;
 use headlab_train::trainer::TrainError;
 
+mod circuit;
 mod common;
 mod compare;
 mod eval;
@@ -64,6 +65,11 @@ enum Command {
     /// output at each position, each head's output) into the corrupted run, and measure how
     /// much of the clean answer comes back. Writes patch.csv and one PNG per site.
     Patch(patch::PatchArgs),
+    /// Find the circuit of a task: the edges of the model's graph (each sender's write into
+    /// each head's Q, K or V input, each MLP, the logits) without which the clean prompt's
+    /// answer falls back to the corrupted one's, by ACDC or edge attribution patching. Writes
+    /// circuit.csv, circuit.svg and summary.txt.
+    Circuit(circuit::CircuitArgs),
     /// Remove heads one at a time in order of gradient importance, recomputed after each
     /// removal (Michel et al. 2019), and in reverse and random orders as baselines: the val
     /// loss (and on a grammar run forced-choice agreement) after each removal. Writes
@@ -98,6 +104,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Heads(args) => heads::run(args),
         Command::Lens(args) => lens::run(args),
         Command::Patch(args) => patch::run(args),
+        Command::Circuit(args) => circuit::run(args),
         Command::Prune(args) => prune::run(args),
         Command::Report(args) => report::run(args),
         Command::Lab(args) => lab::run(args),

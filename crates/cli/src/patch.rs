@@ -65,38 +65,12 @@ pub fn run(args: PatchArgs) -> Result<()> {
     let (run, trained, device) =
         open_run(&args.run, args.on.backend.as_deref(), args.on.checkpoint)?;
     let tokenizer = &trained.tokenizer;
-    let encode = |flag: &str, text: &str| -> Result<Vec<u32>> {
-        tokenizer
-            .encode(text)
-            .with_context(|| format!("encoding {flag}"))
-    };
-    let one = |flag: &str, text: &str| -> Result<u32> {
-        match encode(flag, text)?[..] {
-            [id] => Ok(id),
-            ref ids => bail!(
-                "{flag} {text:?} is {} tokens; give exactly one token of the run's vocabulary",
-                ids.len()
-            ),
-        }
-    };
-    let clean = encode("--clean", &args.clean)?;
-    let corrupted = encode("--corrupted", &args.corrupted)?;
-    let answer = one("--answer", &args.answer)?;
-    let metric = match &args.versus {
-        Some(v) => {
-            let versus = one("--versus", v)?;
-            if versus == answer {
-                bail!(
-                    "--answer and --versus are the same token ({:?}): logit(answer) - \
-                     logit(versus) is 0 on every run; give --versus the token the corrupted \
-                     prompt leads to, or leave it out to score the answer's log-probability",
-                    args.answer
-                );
-            }
-            Metric::LogitDiff { answer, versus }
-        }
-        None => Metric::LogProb { answer },
-    };
+    let (clean, corrupted, metric) = task(
+        tokenizer,
+        (&args.clean, &args.corrupted),
+        &args.answer,
+        args.versus.as_deref(),
+    )?;
     if let Some(paths) = args.path {
         return paths_run(
             &args,
@@ -191,6 +165,51 @@ pub fn run(args: PatchArgs) -> Result<()> {
         eprintln!("updated {}", page.path.display());
     }
     Ok(())
+}
+
+/// The two prompts' tokens and the metric `--answer` and `--versus` name (shared with
+/// `headlab circuit`).
+pub fn task(
+    tokenizer: &headlab_data::Tokenizer,
+    (clean, corrupted): (&str, &str),
+    answer: &str,
+    versus: Option<&str>,
+) -> Result<(Vec<u32>, Vec<u32>, Metric)> {
+    let encode = |flag: &str, text: &str| -> Result<Vec<u32>> {
+        tokenizer
+            .encode(text)
+            .with_context(|| format!("encoding {flag}"))
+    };
+    let one = |flag: &str, text: &str| -> Result<u32> {
+        match encode(flag, text)?[..] {
+            [id] => Ok(id),
+            ref ids => bail!(
+                "{flag} {text:?} is {} tokens; give exactly one token of the run's vocabulary",
+                ids.len()
+            ),
+        }
+    };
+    let clean = encode("--clean", clean)?;
+    let corrupted = encode("--corrupted", corrupted)?;
+    let answer_id = one("--answer", answer)?;
+    let metric = match versus {
+        Some(v) => {
+            let versus = one("--versus", v)?;
+            if versus == answer_id {
+                bail!(
+                    "--answer and --versus are the same token ({answer:?}): logit(answer) - \
+                     logit(versus) is 0 on every run; give --versus the token the corrupted \
+                     prompt leads to, or leave it out to score the answer's log-probability"
+                );
+            }
+            Metric::LogitDiff {
+                answer: answer_id,
+                versus,
+            }
+        }
+        None => Metric::LogProb { answer: answer_id },
+    };
+    Ok((clean, corrupted, metric))
 }
 
 /// `NAME.csv` and one heatmap per sweep (`NAME-SITE.png`) in `out`; returns the pictures'

@@ -39,6 +39,8 @@ pub mod attribution_patching;
 pub mod circuits;
 pub mod composition;
 pub mod detector;
+pub mod discovery;
+pub mod discovery_report;
 pub mod history;
 pub mod icl;
 pub mod lens;

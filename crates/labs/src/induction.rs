@@ -6,6 +6,8 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use headlab_heads::discovery::{DEFAULT_THRESHOLD, Discovery, Method, Receiver, Sender, discover};
+
 use burn::tensor::Device;
 use headlab_heads::history::{Circuit, HeadHistory, find_circuit};
 use headlab_heads::icl::{ICL_FILE, IclScore, parse_icl_history, steepest_fall};
@@ -80,6 +82,9 @@ pub struct Causal {
     /// The previous-token head -> induction head paths (`None` when the run's vocabulary has no
     /// token left to put in place of the earlier occurrence).
     pub paths: Option<KeyPaths>,
+    /// The circuit found on the same prompts, by ACDC and by EAP, at
+    /// [`DEFAULT_THRESHOLD`].
+    pub found: Vec<Discovery>,
 }
 
 /// Direct path patching of the circuit's one edge: the clean run against a copy in which only
@@ -152,6 +157,21 @@ fn causal_test(
     };
     let (il, ih) = circuit.induction_head;
     let paths = key_paths(model, &clean, source - 1, circuit, device)?;
+    let found = [Method::Acdc, Method::Eap]
+        .into_iter()
+        .map(|m| {
+            discover(
+                model,
+                &clean,
+                &corrupted,
+                metric,
+                m,
+                DEFAULT_THRESHOLD,
+                usize::MAX,
+                device,
+            )
+        })
+        .collect::<Result<_, _>>()?;
     Ok(Some(Causal {
         tokens: clean.len(),
         source,
@@ -160,6 +180,7 @@ fn causal_test(
         previous_token_write: restored("attn_out", circuit.previous_token_head.0, source),
         metric: (result.clean, result.corrupted),
         paths,
+        found,
     }))
 }
 
@@ -390,7 +411,57 @@ fn evidence(lab: &InductionLab) -> String {
             );
         }
     }
+    if let Some(p) = &lab.causal {
+        s += &discovery_text(&p.found, c);
+    }
     s
+}
+
+/// What ACDC and EAP keep on the patching's prompts, and whether the circuit's edge (the
+/// previous-token head into the induction head's keys) is among it.
+fn discovery_text(found: &[Discovery], c: &Circuit) -> String {
+    let (p, i) = (c.previous_token_head, c.induction_head);
+    let name = format!("{}.{} -> {}.{} K", p.0, p.1, i.0, i.1);
+    let parts: Vec<String> = found
+        .iter()
+        .map(|d| {
+            let kept = d.edges.iter().filter(|e| e.kept).count();
+            let head = format!(
+                "{} keeps {kept} of {} edges ({:.2} of the gap recovered, {} forward passes)",
+                d.method.name().to_uppercase(),
+                d.edges.len(),
+                d.recovered(),
+                d.passes
+            );
+            let edge = d.edges.iter().find(|e| {
+                e.edge.from == Sender::Head(p.0, p.1)
+                    && e.edge.to == Receiver::Head(i.0, i.1, HeadInput::K)
+            });
+            match (edge, d.method) {
+                (Some(e), _) if e.kept => {
+                    format!("{head}, among them {name} (score {:+.2})", e.score)
+                }
+                (Some(e), Method::Acdc) => format!(
+                    "{head}, but not {name}: corrupting it moved the metric by {:+.3} of the \
+                     gap when it was tried, under the threshold",
+                    e.score
+                ),
+                (Some(e), Method::Eap) => format!(
+                    "{head}, but not {name}: its first-order score, {:+.3}, ranks it below \
+                     the edges kept (the gradient is taken at the clean run, where the \
+                     induction head's softmax is saturated, so its keys' gradient is small)",
+                    e.score
+                ),
+                (None, _) => head,
+            }
+        })
+        .collect();
+    format!(
+        "**Circuit discovery** (`headlab circuit`, on the same prompts, threshold \
+         {DEFAULT_THRESHOLD} of the gap): {}. Every edge's score and a drawing: `headlab \
+         circuit` on the lab's run.\n",
+        parts.join("; ")
+    )
 }
 
 /// A share to two decimals, never "-0.00".

@@ -109,6 +109,9 @@ pub enum LabError {
     /// The path patching of a lab's circuit.
     #[error(transparent)]
     Path(#[from] headlab_heads::PathError),
+    /// Searching a lab's model for its circuit.
+    #[error(transparent)]
+    Circuit(#[from] headlab_heads::discovery::CircuitError),
     /// Pruning a lab's model.
     #[error(transparent)]
     Prune(#[from] headlab_heads::pruning::PruneError),

@@ -21,7 +21,7 @@ pub(crate) fn layer_norm_config(config: &GptConfig) -> LayerNormConfig {
 
 /// `ln` applied over the last dimension through headlab's kernel (one op with its own
 /// backward on the CPU backends, Burn's `layer_norm` elsewhere).
-pub(crate) fn norm<const D: usize>(ln: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
+pub fn norm<const D: usize>(ln: &LayerNorm, x: Tensor<D>) -> Tensor<D> {
     let beta = ln.beta.as_ref().map(|b| b.val());
     headlab_kernels::layer_norm(x, ln.gamma.val(), beta, LN_EPSILON)
 }
@@ -420,7 +420,7 @@ impl Block {
     ///
     /// # Shapes
     /// `q [b, n_heads, t, d_k]`, `k [b, n_kv_heads, t, d_k]`, unchanged
-    fn position(&self, mut qkv: Qkv, offset: usize) -> Qkv {
+    pub fn position(&self, mut qkv: Qkv, offset: usize) -> Qkv {
         let position = self.position_at(offset);
         qkv.q = position.heads_first(qkv.q);
         qkv.k = position.heads_first(qkv.k);

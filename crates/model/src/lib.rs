@@ -19,7 +19,7 @@ pub mod gpt;
 pub mod io;
 
 pub use block::{
-    Block, BlockDeltas, BlockOptions, BlockOutput, HeadInput, LayerCache, Mlp, PatchSite,
+    Block, BlockDeltas, BlockOptions, BlockOutput, HeadInput, LayerCache, Mlp, PatchSite, norm,
     patch_position,
 };
 pub use config::{Activation, Gelu, GptConfig, GptConfigError, Norm, Positional};

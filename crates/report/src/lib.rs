@@ -14,6 +14,7 @@
 //!
 //! It draws data that the other crates compute and never computes any itself.
 
+pub mod circuit;
 pub mod explorer;
 pub mod head_table;
 pub mod heatmap;
