@@ -16,7 +16,8 @@
 #
 # The default config's fixture was made again when it moved to word tokens (issue #66), by
 # naming it (`tools/before-fixtures.sh BINARY default`); its character run before that is
-# configs/grammar-char.toml, whose fixture is the old default.csv.
+# configs/grammar-char.toml, whose fixture is the old default.csv. lab-syntax.csv was made
+# the same way when that lab's config was first held to its digits (issue #66).
 #
 # The long track's config (shakespeare-char-long) has no fixture: it is the speedrun's
 # switches at another shape, which the speedrun's fixture already holds to their digits.
