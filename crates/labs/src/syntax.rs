@@ -32,7 +32,7 @@ use headlab_heads::syntax::{
 };
 use headlab_heads::syntax_report::{self, SyntaxReport, measure, syntactic_head};
 use headlab_heads::{Probe, head_report};
-use headlab_report::plot::{Series, Style, line_chart, line_chart_styled};
+use headlab_report::plot::{Series, Style, line_chart_styled};
 use headlab_report::pruning::write_pruning;
 use headlab_report::{report_run, write_head_report};
 use headlab_train::config::RunConfig;
@@ -276,14 +276,15 @@ pub fn syntax_csv(lab: &SyntaxLab) -> String {
     s
 }
 
-/// `syntax.png`: per relation, the best head's accuracy minus its rule's, against the head
-/// count, one point per seed (the mean drawn through them).
+/// `syntax.png`: per relation, the best head's accuracy minus its rule's against the head
+/// count, the mean over seeds (a marker at each head count), with the role margin drawn grey:
+/// a relation whose line stays above it found a head with a role on most seeds.
 pub fn syntax_png(lab: &SyntaxLab, path: &Path) -> Result<(), headlab_report::ReportError> {
-    let series: Vec<Series> = Relation::ALL
+    let mut series: Vec<(Series, Style)> = Relation::ALL
         .iter()
-        .map(|&rel| Series {
-            label: rel.to_string(),
-            points: lab
+        .enumerate()
+        .map(|(i, &rel)| {
+            let points = lab
                 .head_counts
                 .iter()
                 .filter_map(|&h| {
@@ -298,11 +299,34 @@ pub fn syntax_png(lab: &SyntaxLab, path: &Path) -> Result<(), headlab_report::Re
                     (!margins.is_empty())
                         .then(|| (h as f64, margins.iter().sum::<f64>() / margins.len() as f64))
                 })
-                .collect(),
-            faint: false,
+                .collect();
+            let series = Series {
+                label: rel.to_string(),
+                points,
+                faint: false,
+            };
+            let style = Style {
+                markers: true,
+                ..Style::nth(i)
+            };
+            (series, style)
         })
         .collect();
-    line_chart(
+    let (lo, hi) = lab
+        .head_counts
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(a, b), &h| {
+            (a.min(h as f64), b.max(h as f64))
+        });
+    if lo <= hi {
+        let margin = Series {
+            label: format!("role margin ({ROLE_MARGIN})"),
+            points: vec![(lo, ROLE_MARGIN), (hi, ROLE_MARGIN)],
+            faint: false,
+        };
+        series.push((margin, Style::NEUTRAL));
+    }
+    line_chart_styled(
         path,
         "best head's accuracy minus the best offset rule's, mean over seeds",
         "heads per layer",

@@ -51,6 +51,13 @@ fn tick(x: f64) -> String {
     }
 }
 
+/// A y axis label: six decimals at most, and a tick at zero (which plotters' own labels can
+/// print as "-0.0" when the axis's steps land a rounding error below it) printed "0".
+fn y_tick(y: f64) -> String {
+    // + 0.0 turns a rounded -0.0 into 0.0.
+    format!("{}", (y * 1e6).round() / 1e6 + 0.0)
+}
+
 /// How one series is drawn beyond [`Series`]: its colour, and whether each point gets a
 /// marker (for series of a few points, where a bare line hides where the data are).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -130,6 +137,7 @@ pub fn line_chart_styled(
         .y_desc(y_label)
         .label_style(("sans-serif", 14))
         .x_label_formatter(&|x| tick(*x))
+        .y_label_formatter(&|y| y_tick(*y))
         .draw()
         .map_err(|e| err(&e))?;
     draw_lines(&mut chart, series, &|p| p.1.is_finite()).map_err(|e| err(&e))?;
@@ -349,6 +357,17 @@ mod tests {
     };
 
     use super::*;
+
+    /// A y label at zero reads "0" whichever side of it the axis's step landed, and others
+    /// keep their digits.
+    #[test]
+    fn y_ticks_print_zero_without_a_sign() {
+        assert_eq!(y_tick(-1e-17), "0");
+        assert_eq!(y_tick(-0.0), "0");
+        assert_eq!(y_tick(0.2 + 1e-12), "0.2");
+        assert_eq!(y_tick(-0.4), "-0.4");
+        assert_eq!(y_tick(1250.0), "1250");
+    }
 
     /// What a [`Recorder`] saw: the texts drawn (with where) and the filled rectangles.
     #[derive(Default)]
