@@ -1337,7 +1337,8 @@ fn attribution_patching_estimates_every_patch_and_says_how_well() {
 /// has one row per edge of the graph (counted here from the architecture), ACDC keeps exactly
 /// the edges whose score reached the threshold and EAP the edges of largest |score|, the
 /// summary's count and the drawing's curves agree with the CSV, two runs write the same
-/// file, and a threshold out of range, an edge budget too small, prompts with no difference
+/// file; the built-in tasks score what patching scores on their prompts and build the
+/// induction prompts as said; and a threshold out of range, a task with prompts besides, an edge budget too small, prompts with no difference
 /// and an unknown method get exit 2 with nothing written.
 #[test]
 fn circuit_discovery_keeps_edges_by_its_rule_and_refuses_bad_input() {
@@ -1431,6 +1432,87 @@ fn circuit_discovery_keeps_edges_by_its_rule_and_refuses_bad_input() {
         assert_eq!(out.status.code(), Some(2), "{extra:?}");
         assert!(!dir.path().join("bad").exists(), "{extra:?}");
     }
+    // The built-in tasks. Agreement on characters: the whole model and the empty circuit
+    // score what exact patching's two runs score on the same prompts.
+    let printed = ok(&headlab(
+        &["circuit", "imp", "--task", "agreement", "--out", "t"],
+        dir.path(),
+    ));
+    let patched = ok(&headlab(
+        &[
+            "patch",
+            "imp",
+            "--clean",
+            "the man near the cats sleep",
+            "--corrupted",
+            "the men near the cats sleep",
+            "--answer",
+            "s",
+            "--versus",
+            ".",
+            "--out",
+            "p",
+        ],
+        dir.path(),
+    ));
+    let number = |text: &str, after: &str| -> f64 {
+        let rest = text
+            .split(after)
+            .nth(1)
+            .unwrap_or_else(|| panic!("{after}: {text}"));
+        rest.split([',', ' ', '\n', '('])
+            .find(|w| !w.is_empty())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(
+        number(&printed, "whole model "),
+        number(&patched, "metric: clean ")
+    );
+    assert_eq!(
+        number(&printed, "every edge corrupted "),
+        number(&patched, ", corrupted ")
+    );
+    // Induction: p random tokens and the first p - 1 again, against p others and the same
+    // p - 1, as the task line shows them.
+    let printed = ok(&headlab(
+        &["circuit", "imp", "--task", "induction", "--out", "i"],
+        dir.path(),
+    ));
+    let quoted = |after: &str| -> Vec<char> {
+        let rest = printed.split(after).nth(1).unwrap();
+        let end = rest[1..].find("\", ").unwrap() + 2;
+        serde_json::from_str::<String>(&rest[..end])
+            .unwrap()
+            .chars()
+            .collect()
+    };
+    let (clean, corrupted) = (quoted("task: clean "), quoted(", corrupted "));
+    let p = clean.len().div_ceil(2);
+    assert!(p >= 2 && clean.len() == 2 * p - 1, "{printed}");
+    assert_eq!(clean[p..], clean[..p - 1]);
+    assert_eq!(corrupted[p..], clean[..p - 1]);
+    assert!(
+        corrupted[..p].iter().all(|c| !clean[..p].contains(c)),
+        "{printed}"
+    );
+    let mixed = headlab(
+        &[
+            "circuit",
+            "imp",
+            "--task",
+            "induction",
+            "--clean",
+            "ab",
+            "--out",
+            "bad",
+        ],
+        dir.path(),
+    );
+    assert_eq!(mixed.status.code(), Some(2));
+    assert!(!dir.path().join("bad").exists());
+
     let same = headlab(
         &[
             "circuit",

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use headlab_heads::discovery::{DEFAULT_THRESHOLD, Method, discover};
+use headlab_heads::discovery::{DEFAULT_THRESHOLD, Method, discover, induction_task};
 use headlab_heads::discovery_report::{circuit_csv, circuit_summary};
 use headlab_report::circuit::circuit_svg;
 
@@ -22,20 +22,40 @@ pub enum MethodArg {
     Eap,
 }
 
+/// `--task`.
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum TaskArg {
+    /// A random run of the run's tokens written twice, against the same with the first copy
+    /// replaced: the answer is the token the first copy had next (an induction head's task;
+    /// `lab induction`'s model).
+    Induction,
+    /// The grammar's agreement across an attractor: "the man near the cats" against "the men
+    /// near the cats", " sleeps" against " sleep" (or, on characters, "s" against "." after
+    /// " sleep").
+    Agreement,
+}
+
+/// `--task agreement`'s prompts: a plural attractor between the subject and its verb, the
+/// subject's number the only difference.
+const AGREEMENT: (&str, &str) = ("the man near the cats", "the men near the cats");
+
 /// `headlab circuit`.
 #[derive(Debug, Args)]
 pub struct CircuitArgs {
     /// A run directory made by `headlab train` or `headlab import`.
     pub run: PathBuf,
+    /// A built-in task in place of --clean, --corrupted, --answer and --versus.
+    #[arg(long, value_enum, conflicts_with_all = ["clean", "corrupted", "answer", "versus"])]
+    pub task: Option<TaskArg>,
     /// The prompt whose answer is known.
-    #[arg(long)]
-    pub clean: String,
+    #[arg(long, required_unless_present = "task")]
+    pub clean: Option<String>,
     /// The same prompt with something changed, of the same length in tokens.
-    #[arg(long)]
-    pub corrupted: String,
+    #[arg(long, required_unless_present = "task")]
+    pub corrupted: Option<String>,
     /// The clean prompt's next token (one token of the run's vocabulary).
-    #[arg(long)]
-    pub answer: String,
+    #[arg(long, required_unless_present = "task")]
+    pub answer: Option<String>,
     /// Measure `logit(answer) - logit(versus)`; without it, the answer's log-probability.
     #[arg(long)]
     pub versus: Option<String>,
@@ -62,12 +82,33 @@ pub struct CircuitArgs {
 pub fn run(args: CircuitArgs) -> Result<()> {
     let (run, trained, device) =
         open_run(&args.run, args.on.backend.as_deref(), args.on.checkpoint)?;
-    let (clean, corrupted, metric) = task(
-        &trained.tokenizer,
-        (&args.clean, &args.corrupted),
-        &args.answer,
-        args.versus.as_deref(),
-    )?;
+    let tokenizer = &trained.tokenizer;
+    let (clean, corrupted, metric) =
+        match (args.task, &args.clean, &args.corrupted, &args.answer) {
+            (Some(TaskArg::Induction), ..) => {
+                let c = &trained.model.config;
+                induction_task(c.vocab_size, c.block_size)?
+            }
+            (Some(TaskArg::Agreement), ..) => {
+                let (clean, corrupted) = AGREEMENT;
+                // One token a word, or one a letter: the verb's ending is the answer.
+                task(tokenizer, AGREEMENT, " sleeps", Some(" sleep")).or_else(|_| {
+                let (clean, corrupted) = (format!("{clean} sleep"), format!("{corrupted} sleep"));
+                task(tokenizer, (&clean, &corrupted), "s", Some("."))
+            }).context(
+                "--task agreement asks the grammar corpus's words (\"the man near the cats\" \
+                 and \" sleeps\"); this run's vocabulary lacks them: give --clean, --corrupted \
+                 and --answer",
+            )?
+            }
+            (None, Some(clean), Some(corrupted), Some(answer)) => task(
+                tokenizer,
+                (clean, corrupted),
+                answer,
+                args.versus.as_deref(),
+            )?,
+            _ => anyhow::bail!("give --task, or --clean, --corrupted and --answer"),
+        };
     let method = match args.method {
         MethodArg::Acdc => Method::Acdc,
         MethodArg::Eap => Method::Eap,
@@ -87,7 +128,19 @@ pub fn run(args: CircuitArgs) -> Result<()> {
     std::fs::create_dir_all(&out).with_context(|| format!("creating {}", out.display()))?;
     let c = &model.config;
     let mlp = model.blocks.iter().all(|b| b.mlp.is_some());
-    let text = circuit_summary(&found);
+    let shown = |ids: &[u32]| format!("{:?}", tokenizer.decode(ids));
+    let scored = match metric {
+        headlab_heads::Metric::LogitDiff { answer, versus } => {
+            format!("logit({}) - logit({})", shown(&[answer]), shown(&[versus]))
+        }
+        headlab_heads::Metric::LogProb { answer } => format!("log p({})", shown(&[answer])),
+    };
+    let text = format!(
+        "task: clean {}, corrupted {}, scored by {scored} after the last token\n{}",
+        shown(&clean),
+        shown(&corrupted),
+        circuit_summary(&found)
+    );
     for (name, body) in [
         ("circuit.csv", circuit_csv(&found)),
         (

@@ -397,6 +397,40 @@ fn metric_tensor(logits: Tensor<3>, metric: Metric) -> Tensor<1> {
     }
 }
 
+/// `headlab circuit --task induction`'s prompts: `p` distinct random tokens then the first
+/// `p - 1` again (clean), against `p` other tokens, none of the clean copy's, then the same
+/// `p - 1` (corrupted): the answer is the clean run's `p`-th token, set against the corrupted
+/// one's. `p` is 12, or what the context and the vocabulary hold. Seeded, so every run gets
+/// the same prompts.
+pub fn induction_task(
+    vocab_size: usize,
+    block_size: usize,
+) -> Result<(Vec<u32>, Vec<u32>, Metric), CircuitError> {
+    use rand::SeedableRng;
+    use rand::seq::SliceRandom;
+    let p = 12.min(block_size.div_ceil(2)).min(vocab_size / 2);
+    if p < 2 {
+        return Err(CircuitError::Model(format!(
+            "--task induction writes 2 or more random tokens twice and as many others, which \
+             needs model.block_size >= 3 and 4 tokens in the vocabulary (this model: \
+             block_size {block_size}, vocabulary {vocab_size}); give --clean, --corrupted and \
+             --answer"
+        )));
+    }
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0);
+    let mut ids: Vec<u32> = (0..vocab_size as u32).collect();
+    ids.shuffle(&mut rng);
+    let first: Vec<u32> = ids[..p].to_vec();
+    let other: Vec<u32> = ids[p..2 * p].to_vec();
+    let clean: Vec<u32> = first.iter().chain(&first[..p - 1]).copied().collect();
+    let corrupted: Vec<u32> = other.iter().chain(&first[..p - 1]).copied().collect();
+    let metric = Metric::LogitDiff {
+        answer: first[p - 1],
+        versus: other[p - 1],
+    };
+    Ok((clean, corrupted, metric))
+}
+
 /// Searches `model` for the circuit of the task `clean` -> `corrupted` scored by `metric`.
 #[allow(clippy::too_many_arguments)]
 pub fn discover(

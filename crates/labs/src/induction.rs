@@ -417,8 +417,9 @@ fn evidence(lab: &InductionLab) -> String {
     s
 }
 
-/// What ACDC and EAP keep on the patching's prompts, and whether the circuit's edge (the
-/// previous-token head into the induction head's keys) is among it.
+/// What ACDC and EAP keep on the patching's prompts (every kept edge, the largest score
+/// first), and whether the circuit's edge (the previous-token head into the induction head's
+/// keys) is among it.
 fn discovery_text(found: &[Discovery], c: &Circuit) -> String {
     let (p, i) = (c.previous_token_head, c.induction_head);
     let name = format!("{}.{} -> {}.{} K", p.0, p.1, i.0, i.1);
@@ -437,6 +438,21 @@ fn discovery_text(found: &[Discovery], c: &Circuit) -> String {
                 e.edge.from == Sender::Head(p.0, p.1)
                     && e.edge.to == Receiver::Head(i.0, i.1, HeadInput::K)
             });
+            let mut kept_edges: Vec<_> = d.edges.iter().filter(|e| e.kept).collect();
+            kept_edges.sort_by(|a, b| b.score.abs().total_cmp(&a.score.abs()));
+            let listed: Vec<String> = kept_edges
+                .iter()
+                .map(|e| {
+                    let input = e.edge.to.input();
+                    let to = e.edge.to.name();
+                    if input.is_empty() {
+                        format!("{} -> {to}", e.edge.from.name())
+                    } else {
+                        format!("{} -> {to} {input}", e.edge.from.name())
+                    }
+                })
+                .collect();
+            let head = format!("{head} [{}]", listed.join(", "));
             match (edge, d.method) {
                 (Some(e), _) if e.kept => {
                     format!("{head}, among them {name} (score {:+.2})", e.score)
