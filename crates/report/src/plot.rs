@@ -51,11 +51,24 @@ fn tick(x: f64) -> String {
     }
 }
 
-/// A y axis label: six decimals at most, and a tick at zero (which plotters' own labels can
-/// print as "-0.0" when the axis's steps land a rounding error below it) printed "0".
-fn y_tick(y: f64) -> String {
-    // + 0.0 turns a rounded -0.0 into 0.0.
-    format!("{}", (y * 1e6).round() / 1e6 + 0.0)
+/// The decimals a y axis spanning `span` labels with: enough for a tenth of the span, as
+/// plotters steps it (six at most).
+fn y_decimals(span: f64) -> usize {
+    let step = span / 10.0;
+    if !(step > 0.0 && step.is_finite()) {
+        return 1;
+    }
+    (-step.log10().floor()).clamp(0.0, 6.0) as usize
+}
+
+/// A y axis label with `decimals` decimals; a tick at zero (which plotters' own labels can
+/// print as "-0.0" when the axis's steps land a rounding error below it) has no sign.
+fn y_tick(y: f64, decimals: usize) -> String {
+    let text = format!("{y:.decimals$}");
+    match text.strip_prefix('-') {
+        Some(rest) if rest.chars().all(|c| c == '0' || c == '.') => rest.to_string(),
+        _ => text,
+    }
 }
 
 /// How one series is drawn beyond [`Series`]: its colour, and whether each point gets a
@@ -119,6 +132,7 @@ pub fn line_chart_styled(
         x1 = x0 + 1.0;
     }
     let pad = ((y1 - y0) * 0.05).max(1e-6);
+    let decimals = y_decimals(y1 - y0 + 2.0 * pad);
     let root = BitMapBackend::new(path, (900, 560)).into_drawing_area();
     let err = |e: &dyn std::fmt::Display| ReportError::draw(path, e);
     root.fill(&WHITE).map_err(|e| err(&e))?;
@@ -137,7 +151,7 @@ pub fn line_chart_styled(
         .y_desc(y_label)
         .label_style(("sans-serif", 14))
         .x_label_formatter(&|x| tick(*x))
-        .y_label_formatter(&|y| y_tick(*y))
+        .y_label_formatter(&|y| y_tick(*y, decimals))
         .draw()
         .map_err(|e| err(&e))?;
     draw_lines(&mut chart, series, &|p| p.1.is_finite()).map_err(|e| err(&e))?;
@@ -358,15 +372,19 @@ mod tests {
 
     use super::*;
 
-    /// A y label at zero reads "0" whichever side of it the axis's step landed, and others
-    /// keep their digits.
+    /// A y label at zero has no sign whichever side of it the axis's step landed; every
+    /// label of an axis has the decimals its step needs.
     #[test]
     fn y_ticks_print_zero_without_a_sign() {
-        assert_eq!(y_tick(-1e-17), "0");
-        assert_eq!(y_tick(-0.0), "0");
-        assert_eq!(y_tick(0.2 + 1e-12), "0.2");
-        assert_eq!(y_tick(-0.4), "-0.4");
-        assert_eq!(y_tick(1250.0), "1250");
+        assert_eq!(y_tick(-1e-17, 1), "0.0");
+        assert_eq!(y_tick(-0.0, 0), "0");
+        assert_eq!(y_tick(0.2 + 1e-12, 1), "0.2");
+        assert_eq!(y_tick(-0.4, 1), "-0.4");
+        assert_eq!(y_tick(4.0, 1), "4.0");
+        assert_eq!(
+            (y_decimals(1.4), y_decimals(0.05), y_decimals(300.0)),
+            (1, 3, 0)
+        );
     }
 
     /// What a [`Recorder`] saw: the texts drawn (with where) and the filled rectangles.
