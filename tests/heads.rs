@@ -1427,6 +1427,7 @@ fn circuit_discovery_keeps_edges_by_its_rule_and_refuses_bad_input() {
         &["--threshold", "-0.1"],
         &["--max-edges", "3"],
         &["--method", "magic"],
+        &["--task", "magic"],
     ] {
         let out = circuit(extra, "bad");
         assert_eq!(out.status.code(), Some(2), "{extra:?}");
