@@ -15,4 +15,5 @@ mod docs;
 mod errors;
 mod heads;
 mod report;
+mod sweep;
 mod walk;

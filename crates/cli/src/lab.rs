@@ -373,14 +373,14 @@ fn busy_run(out: &Path) -> Option<(PathBuf, Holder)> {
 /// The lab's mark ([`mark_training`]) while it runs, so that a second lab refuses the folder;
 /// `OUT` itself goes too if the lab made it and wrote nothing there (bad input found inside
 /// the lab).
-struct InUse {
+pub(crate) struct InUse {
     out: PathBuf,
     made: bool,
     mark: Option<TrainingMark>,
 }
 
 impl InUse {
-    fn new(out: &Path, mark: TrainingMark) -> Result<Self> {
+    pub(crate) fn new(out: &Path, mark: TrainingMark) -> Result<Self> {
         let made = !out.exists();
         std::fs::create_dir_all(out).with_context(|| format!("creating {}", out.display()))?;
         // A stop request that ends the process at once skips `drop`: it removes them then.
@@ -412,7 +412,7 @@ impl Drop for InUse {
 
 /// The command as typed, for the summary's "Reproduce" line: `headlab` and its arguments but
 /// those in `leave_out`, each quoted for a POSIX shell where it needs to be.
-fn command_line(leave_out: &[&str]) -> String {
+pub(crate) fn command_line(leave_out: &[&str]) -> String {
     let quote = |a: String| {
         let plain = a
             .chars()

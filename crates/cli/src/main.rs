@@ -30,6 +30,7 @@ mod patch;
 mod prune;
 mod report;
 mod sample;
+mod sweep;
 mod train;
 
 /// Train small GPT-style language models and watch their attention heads specialise.
@@ -70,6 +71,10 @@ enum Command {
     /// answer falls back to the corrupted one's, by ACDC or edge attribution patching. Writes
     /// circuit.csv, circuit.svg and summary.txt.
     Circuit(circuit::CircuitArgs),
+    /// One run per point of a grid of settings (--grid model.n_heads=1,2,4 --grid
+    /// train.seed=1,2), here or as a Slurm job array, resumable, ending with a results table
+    /// and page (results.csv, results.md, results.html).
+    Sweep(sweep::SweepArgs),
     /// Remove heads one at a time in order of gradient importance, recomputed after each
     /// removal (Michel et al. 2019), and in reverse and random orders as baselines: the val
     /// loss (and on a grammar run forced-choice agreement) after each removal. Writes
@@ -105,6 +110,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Lens(args) => lens::run(args),
         Command::Patch(args) => patch::run(args),
         Command::Circuit(args) => circuit::run(args),
+        Command::Sweep(args) => sweep::run(args),
         Command::Prune(args) => prune::run(args),
         Command::Report(args) => report::run(args),
         Command::Lab(args) => lab::run(args),
@@ -133,6 +139,8 @@ fn main() -> ExitCode {
             catch_stop_requests("write what the lab has", "its files are")
         }
         Command::Lab(_) => catch_stop_requests("save a checkpoint", "the checkpoint is"),
+        // A sweep trains like a lab, run after run.
+        Command::Sweep(_) => catch_stop_requests("save a checkpoint", "the checkpoint is"),
         _ => quiet_broken_pipe(),
     }
     match headlab_kernels::on_compute_pool(|| run(cli)) {

@@ -23,6 +23,7 @@ pub mod ambiguity;
 pub mod grokking;
 pub mod head_count;
 pub mod induction;
+pub mod sweep;
 pub mod symmetry;
 pub mod syntax;
 
@@ -112,6 +113,22 @@ pub enum LabError {
     /// Searching a lab's model for its circuit.
     #[error(transparent)]
     Circuit(#[from] headlab_heads::discovery::CircuitError),
+    /// A folder whose `sweep.json` is not a sweep's.
+    #[error("{} is not a headlab sweep's file ({why}); give the folder a sweep made, or start one there with --force", .path.display())]
+    NotASweep {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// Results asked of a sweep whose runs are not all finished.
+    #[error("{} runs of the sweep in {} have not finished: {}; continue them with --resume (or see --status)", .runs.len(), .dir.display(), .runs.join(", "))]
+    Unfinished {
+        /// The sweep folder.
+        dir: PathBuf,
+        /// The runs not finished.
+        runs: Vec<String>,
+    },
     /// Pruning a lab's model.
     #[error(transparent)]
     Prune(#[from] headlab_heads::pruning::PruneError),

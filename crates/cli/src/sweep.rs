@@ -1,0 +1,372 @@
+//! `headlab sweep`: one run per point of a grid of settings, on this machine or as a Slurm job
+//! array ([`headlab_labs::sweep`]).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+use headlab_labs::Runs;
+use headlab_labs::sweep::{
+    State, SweepSpec, collect, parse_axis, run_local, run_point, state, write_results,
+};
+use headlab_train::run::{RunError, mark_training};
+
+use crate::common::{DEFAULT_CONFIG, observers, whole_number};
+use crate::lab::{InUse, command_line};
+
+/// Where the runs are trained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Launcher {
+    /// Here, one after another.
+    Local,
+    /// As one Slurm job array, one array task per run.
+    Slurm,
+}
+
+/// `headlab sweep`.
+#[derive(Debug, Args)]
+pub struct SweepArgs {
+    /// An existing sweep folder, for --status, --collect or --resubmit (a new sweep goes to
+    /// --out).
+    pub dir: Option<PathBuf>,
+    /// The base config (default: the built-in default run).
+    #[arg(long, short)]
+    pub config: Option<PathBuf>,
+    /// An axis: a config key and its values (repeatable), e.g. --grid model.n_heads=1,2,4.
+    #[arg(long = "grid", value_name = "KEY=V1,V2,...")]
+    pub grid: Vec<String>,
+    /// Override a config key of every run (repeatable), e.g. --set train.max_iters=300.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    pub set: Vec<String>,
+    /// The sweep folder (default runs/sweep).
+    #[arg(long, short)]
+    pub out: Option<PathBuf>,
+    /// Replace the sweep folder if it exists.
+    #[arg(long)]
+    pub force: bool,
+    /// Continue the sweep in --out: finished runs are kept, stopped ones continue from their
+    /// checkpoint; the grid must be the one it was made with.
+    #[arg(long, conflicts_with = "force")]
+    pub resume: bool,
+    /// Where the runs train.
+    #[arg(long, value_enum, default_value = "local")]
+    pub launcher: Launcher,
+    /// Slurm: the partition (`#SBATCH --partition`).
+    #[arg(long)]
+    pub partition: Option<String>,
+    /// Slurm: each task's time limit (`#SBATCH --time`, e.g. 00:30:00).
+    #[arg(long)]
+    pub time: Option<String>,
+    /// Slurm: cores per task (`#SBATCH --cpus-per-task`; the run uses them all).
+    #[arg(long, default_value_t = 2, value_parser = whole_number::<usize>)]
+    pub cpus_per_task: usize,
+    /// Slurm: memory per task (`#SBATCH --mem`, e.g. 2G).
+    #[arg(long)]
+    pub mem: Option<String>,
+    /// Slurm: one more `#SBATCH` line (repeatable), e.g. --sbatch "--account=lab".
+    #[arg(long = "sbatch", value_name = "OPTION", allow_hyphen_values = true)]
+    pub sbatch: Vec<String>,
+    /// Slurm: write the script and print the sbatch command instead of submitting.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// Which runs of the sweep in DIR are done, running, pending or failed.
+    #[arg(long, requires = "dir")]
+    pub status: bool,
+    /// Build the results table of the sweep in DIR once every run is done.
+    #[arg(long, requires = "dir")]
+    pub collect: bool,
+    /// Submit run K (from 0) of the Slurm sweep in DIR again, alone.
+    #[arg(long, requires = "dir", value_parser = whole_number::<usize>)]
+    pub resubmit: Option<usize>,
+    /// Train run K of the sweep in DIR (what each Slurm array task runs).
+    #[arg(long, requires = "dir", hide = true, value_parser = whole_number::<usize>)]
+    pub point: Option<usize>,
+}
+
+/// The script each Slurm sweep keeps, and the array task's exit code files.
+const SCRIPT: &str = "sweep.sbatch";
+
+/// Runs `headlab sweep`.
+pub fn run(args: SweepArgs) -> Result<()> {
+    if let Some(dir) = &args.dir {
+        let spec = SweepSpec::read(dir)?;
+        if let Some(k) = args.point {
+            let runs = Runs {
+                observers: &observers,
+                resume: true,
+                resume_command: "",
+            };
+            run_point(dir, &spec, k, runs)?;
+            return Ok(());
+        }
+        if args.status {
+            print!("{}", status(dir, &spec));
+            return Ok(());
+        }
+        if args.collect {
+            let rows = collect(dir, &spec)?;
+            print!("{}", write_results(dir, &spec, &rows)?);
+            return Ok(());
+        }
+        if let Some(k) = args.resubmit {
+            if k >= spec.points().len() {
+                bail!(
+                    "--resubmit {k}: the sweep has runs 0 to {}",
+                    spec.points().len() - 1
+                );
+            }
+            return submit(dir, &args, Some(k));
+        }
+        bail!(
+            "give --status, --collect or --resubmit K with a sweep folder; a new sweep takes --grid and --out"
+        );
+    }
+    let (base, base_name) = match &args.config {
+        Some(path) => (
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+            path.display().to_string(),
+        ),
+        None => (
+            DEFAULT_CONFIG.to_string(),
+            "built-in configs/default.toml".into(),
+        ),
+    };
+    let spec = SweepSpec {
+        base_name,
+        base,
+        sets: args.set.clone(),
+        axes: args
+            .grid
+            .iter()
+            .map(String::as_str)
+            .map(parse_axis)
+            .collect::<Result<_, _>>()?,
+    };
+    // Every point's config is checked before anything is written or submitted.
+    let points = spec.check()?;
+    if args.launcher == Launcher::Slurm && !args.dry_run && which("sbatch").is_none() {
+        bail!(
+            "--launcher slurm needs sbatch, which is not on PATH: run on a Slurm login node, or \
+             add --dry-run to write the script without submitting it"
+        );
+    }
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| Path::new("runs").join("sweep"));
+    let resume_command = format!("{} --resume", command_line(&["--resume", "--force"]));
+    if args.resume {
+        let earlier = SweepSpec::read(&out).with_context(|| {
+            format!(
+                "nothing to resume in {}; to start the sweep, leave out --resume",
+                out.display()
+            )
+        })?;
+        if earlier != spec {
+            bail!(
+                "{} holds another sweep ({} with {}); choose another --out, or --force to replace it",
+                out.display(),
+                earlier.base_name,
+                earlier
+                    .axes
+                    .iter()
+                    .map(|a| format!("{}={}", a.key, a.values.join(",")))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            );
+        }
+    }
+    let mark = match mark_training(&out) {
+        Ok(mark) => mark,
+        Err(RunError::InUse { .. }) => bail!(
+            "{} is in use by another headlab process; wait for it, or stop it and continue with --resume",
+            out.display()
+        ),
+        Err(e) => return Err(e.into()),
+    };
+    if out.exists() && !args.resume {
+        if !args.force {
+            bail!(
+                "{} already exists; choose another --out, pass --force to replace it, or continue \
+                 a sweep stopped there with: {resume_command}",
+                out.display()
+            );
+        }
+        std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
+    }
+    let in_use = InUse::new(&out, mark)?;
+    spec.write(&out)?;
+    headlab_train::log_line!(
+        "sweep: {} runs into {} ({} launcher)",
+        points.len(),
+        out.display(),
+        match args.launcher {
+            Launcher::Local => "local",
+            Launcher::Slurm => "slurm",
+        }
+    );
+    match args.launcher {
+        Launcher::Local => {
+            let runs = Runs {
+                observers: &observers,
+                resume: args.resume,
+                resume_command: &resume_command,
+            };
+            let table = run_local(&out, &spec, runs)?;
+            println!("{table}");
+            headlab_train::log_line!("wrote {}", out.join("results.html").display());
+            Ok(())
+        }
+        Launcher::Slurm => {
+            drop(in_use);
+            submit(&out, &args, None)
+        }
+    }
+}
+
+/// Where `program` is on PATH.
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join(program))
+            .find(|p| p.is_file())
+    })
+}
+
+/// The sbatch script of the sweep in `dir`: one array task per run, each training its run
+/// with this binary (the nodes need no Rust) and leaving its exit code beside its log.
+fn script(dir: &Path, args: &SweepArgs, n: usize) -> Result<String> {
+    let exe = std::env::current_exe().context("finding the headlab binary")?;
+    let dir = std::path::absolute(dir).context("the sweep folder's path")?;
+    let logs = dir.join("logs");
+    let mut s = format!(
+        "#!/bin/bash\n#SBATCH --job-name=headlab-sweep\n#SBATCH --array=0-{}\n\
+         #SBATCH --cpus-per-task={}\n#SBATCH --output={}/task-%a.out\n",
+        n - 1,
+        args.cpus_per_task,
+        logs.display()
+    );
+    if let Some(p) = &args.partition {
+        s += &format!("#SBATCH --partition={p}\n");
+    }
+    if let Some(t) = &args.time {
+        s += &format!("#SBATCH --time={t}\n");
+    }
+    if let Some(m) = &args.mem {
+        s += &format!("#SBATCH --mem={m}\n");
+    }
+    for extra in &args.sbatch {
+        s += &format!("#SBATCH {extra}\n");
+    }
+    s += &format!(
+        "\n# One run per array task; the run uses the task's cores.\n\
+         export RAYON_NUM_THREADS=\"${{SLURM_CPUS_PER_TASK:-{}}}\"\n\
+         '{}' sweep '{}' --point \"$SLURM_ARRAY_TASK_ID\"\n\
+         echo $? > '{}'/task-\"$SLURM_ARRAY_TASK_ID\".exit\n",
+        args.cpus_per_task,
+        exe.display(),
+        dir.display(),
+        logs.display()
+    );
+    Ok(s)
+}
+
+/// Writes the sweep's script and submits it (only task `only`, when given); with
+/// `--dry-run`, prints the command instead.
+fn submit(dir: &Path, args: &SweepArgs, only: Option<usize>) -> Result<()> {
+    let spec = SweepSpec::read(dir)?;
+    let n = spec.points().len();
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    let path = dir.join(SCRIPT);
+    if only.is_none() || !path.exists() {
+        std::fs::write(&path, script(dir, args, n)?)
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    let mut command = vec!["sbatch".to_string()];
+    if let Some(k) = only {
+        let _ = std::fs::remove_file(logs.join(format!("task-{k}.exit")));
+        command.push(format!("--array={k}"));
+    }
+    command.push(path.display().to_string());
+    if args.dry_run {
+        println!("{}", command.join(" "));
+        eprintln!("wrote {} (not submitted: --dry-run)", path.display());
+        return Ok(());
+    }
+    let output = Command::new(&command[0])
+        .args(&command[1..])
+        .output()
+        .context("running sbatch")?;
+    if !output.status.success() {
+        bail!(
+            "sbatch refused the sweep: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let said = String::from_utf8_lossy(&output.stdout);
+    let job = said
+        .split_whitespace()
+        .last()
+        .unwrap_or_default()
+        .to_string();
+    std::fs::write(dir.join("slurm-job"), format!("{job}\n")).context("writing slurm-job")?;
+    println!("{}", said.trim());
+    eprintln!(
+        "follow it with: headlab sweep {} --status; then: headlab sweep {} --collect",
+        dir.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
+/// One line per run: done, failed (with its log), running or pending (Slurm's word, when
+/// the sweep was submitted and `squeue` answers), started, or not started.
+fn status(dir: &Path, spec: &SweepSpec) -> String {
+    let queue: Vec<(usize, String)> = std::fs::read_to_string(dir.join("slurm-job"))
+        .ok()
+        .and_then(|job| {
+            let out = Command::new("squeue")
+                .args(["-h", "-r", "-j", job.trim(), "-o", "%K %T"])
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            Some(
+                text.lines()
+                    .filter_map(|l| {
+                        let (k, s) = l.split_once(' ')?;
+                        Some((k.parse().ok()?, s.to_lowercase()))
+                    })
+                    .collect(),
+            )
+        })
+        .unwrap_or_default();
+    let mut s = String::new();
+    let (mut done, points) = (0, spec.points());
+    for (k, p) in points.iter().enumerate() {
+        let exit = std::fs::read_to_string(dir.join("logs").join(format!("task-{k}.exit")))
+            .ok()
+            .map(|t| t.trim().to_string());
+        let log = dir.join("logs").join(format!("task-{k}.out"));
+        let word = match (
+            state(dir, p),
+            exit.as_deref(),
+            queue.iter().find(|q| q.0 == k),
+        ) {
+            (State::Done, ..) => {
+                done += 1;
+                "done".to_string()
+            }
+            (_, Some(code), _) if code != "0" => {
+                format!("failed (exit {code}; log {})", log.display())
+            }
+            (_, _, Some((_, slurm))) => slurm.clone(),
+            (State::Started, ..) => "started, not finished".into(),
+            (State::NotStarted, ..) => "not started".into(),
+        };
+        s += &format!("{k:>3}  {:<40} {word}\n", p.name);
+    }
+    s += &format!("{done} of {} done\n", points.len());
+    s
+}

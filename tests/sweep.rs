@@ -1,0 +1,277 @@
+//! `headlab sweep`: a grid of runs on this machine or as a Slurm job array, resumable, with one
+//! results table.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common::{headlab, headlab_env, ok};
+
+/// Small runs: 30 steps on 100k characters of grammar.
+const SMALL: [&str; 8] = [
+    "--set",
+    "train.max_iters=30",
+    "--set",
+    "data.builtin_chars=100000",
+    "--set",
+    "train.eval_interval=15",
+    "--set",
+    "train.grammar_sentences=20",
+];
+
+/// `headlab sweep` with the 2 x 2 grid of these tests into `out`, and `extra`.
+fn sweep(out: &str, extra: &[&str], dir: &Path) -> std::process::Output {
+    let mut args = vec![
+        "sweep",
+        "--grid",
+        "model.n_heads=1,2",
+        "--grid",
+        "train.seed=1,2",
+        "--out",
+        out,
+    ];
+    args.extend_from_slice(&SMALL);
+    args.extend_from_slice(extra);
+    headlab(&args, dir)
+}
+
+/// `results.csv` without its last column (`train_s`, the only timing in it).
+fn without_timing(csv: &str) -> String {
+    csv.lines()
+        .map(|l| l.rsplit_once(',').map_or(l, |(a, _)| a).to_string() + "\n")
+        .collect()
+}
+
+/// metrics.csv's columns that do not depend on the machine's speed.
+fn losses(metrics: &str) -> String {
+    metrics
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            format!(
+                "{},{},{},{},{},{},{}\n",
+                f[0], f[1], f[2], f[3], f[6], f[7], f[8]
+            )
+        })
+        .collect()
+}
+
+/// A local sweep trains one run per point, in a folder named by its settings with those
+/// settings in its config; results.csv has a row per run whose losses are the run's own
+/// (result.json, read here); `--resume` keeps the finished runs and retrains a deleted one to
+/// the same losses digit for digit; `--status` counts them.
+#[test]
+fn a_local_sweep_trains_every_point_and_tables_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(&sweep("s", &[], dir.path()));
+    let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
+    let csv = read("s/results.csv");
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "name,model.n_heads,train.seed,train_loss,val_loss,well_formed,agreeing,\
+         syntactic_head,relation,accuracy,baseline,train_s"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    for (row, (heads, seed)) in rows.iter().zip([(1, 1), (1, 2), (2, 1), (2, 2)]) {
+        assert_eq!(row[0], format!("model.n_heads-{heads}__train.seed-{seed}"));
+        assert_eq!((row[1], row[2]), (&*heads.to_string(), &*seed.to_string()));
+        let config = read(&format!("s/{}/config.toml", row[0]));
+        assert!(config.contains(&format!("n_heads = {heads}\n")), "{config}");
+        assert!(config.contains(&format!("seed = {seed}\n")), "{config}");
+        let result: serde_json::Value =
+            serde_json::from_str(&read(&format!("s/{}/result.json", row[0]))).unwrap();
+        let val = result["val_loss"].as_f64().unwrap();
+        assert_eq!(row[4], format!("{val:.6}"), "{csv}");
+        let share: f64 = row[5].parse().unwrap();
+        assert!((0.0..=1.0).contains(&share), "{csv}");
+    }
+    let html = read("s/results.html");
+    assert_eq!(html.matches("<tr>").count(), 1 + 4, "{html}");
+    assert!(dir.path().join("s/losses.png").is_file());
+
+    let one = "s/model.n_heads-2__train.seed-1";
+    let before = read(&format!("{one}/metrics.csv"));
+    std::fs::remove_dir_all(dir.path().join(one)).unwrap();
+    let again = sweep("s", &["--resume"], dir.path());
+    let log = String::from_utf8_lossy(&again.stderr);
+    assert!(again.status.success(), "{log}");
+    assert_eq!(log.matches("finished before: kept").count(), 3, "{log}");
+    assert_eq!(
+        losses(&read(&format!("{one}/metrics.csv"))),
+        losses(&before)
+    );
+    assert_eq!(without_timing(&read("s/results.csv")), without_timing(&csv));
+    let status = ok(&headlab(&["sweep", "s", "--status"], dir.path()));
+    assert!(status.ends_with("4 of 4 done\n"), "{status}");
+}
+
+/// Bad sweeps get one line and exit 2 with nothing written or submitted: a key that does not
+/// exist (listing the valid ones), a value of the wrong type, no grid, the Slurm launcher with
+/// no sbatch, and --resume on a folder another sweep made (left as it was).
+#[test]
+fn bad_sweeps_exit_2_and_write_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |args: &[&str], env: &[(&str, &str)], says: &str| {
+        let out = headlab_env(args, dir.path(), env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!dir.path().join("bad").exists(), "{args:?}");
+    };
+    let grid = |g: &'static str| ["sweep", "--grid", g, "--out", "bad"];
+    refused(&grid("model.n_headz=1,2"), &[], "valid keys");
+    refused(&grid("model.n_heads=1,x"), &[], "wrong type");
+    refused(&grid("model.n_heads="), &[], "empty");
+    refused(&["sweep", "--out", "bad"], &[], "at least one axis");
+    let slurm = [
+        "sweep",
+        "--grid",
+        "model.n_heads=1,2",
+        "--out",
+        "bad",
+        "--launcher",
+        "slurm",
+    ];
+    refused(&slurm, &[("PATH", "/nonexistent")], "sbatch");
+    ok(&headlab(
+        &[
+            "sweep",
+            "--grid",
+            "model.n_heads=1,2",
+            "--out",
+            "other",
+            "--launcher",
+            "slurm",
+            "--dry-run",
+        ],
+        dir.path(),
+    ));
+    let spec = std::fs::read_to_string(dir.path().join("other/sweep.json")).unwrap();
+    let out = headlab(
+        &[
+            "sweep",
+            "--grid",
+            "model.n_heads=4,8",
+            "--out",
+            "other",
+            "--resume",
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("holds another sweep"));
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("other/sweep.json")).unwrap(),
+        spec
+    );
+}
+
+/// `--launcher slurm --dry-run` writes one array task per run with the options asked, each
+/// task training its run by index; `--resubmit K` asks for that task alone.
+#[test]
+fn the_slurm_launcher_writes_one_array_task_per_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let printed = ok(&sweep(
+        "s",
+        &[
+            "--launcher",
+            "slurm",
+            "--dry-run",
+            "--partition",
+            "debug",
+            "--time",
+            "00:05:00",
+            "--mem",
+            "1G",
+            "--cpus-per-task",
+            "1",
+            "--sbatch",
+            "--account=lab",
+        ],
+        dir.path(),
+    ));
+    assert_eq!(printed.trim(), "sbatch s/sweep.sbatch");
+    let script = std::fs::read_to_string(dir.path().join("s/sweep.sbatch")).unwrap();
+    for line in [
+        "#SBATCH --array=0-3\n",
+        "#SBATCH --cpus-per-task=1\n",
+        "#SBATCH --partition=debug\n",
+        "#SBATCH --time=00:05:00\n",
+        "#SBATCH --mem=1G\n",
+        "#SBATCH --account=lab\n",
+        "--point \"$SLURM_ARRAY_TASK_ID\"\n",
+    ] {
+        assert!(script.contains(line), "{line:?} not in\n{script}");
+    }
+    let again = ok(&headlab(
+        &["sweep", "s", "--resubmit", "2", "--dry-run"],
+        dir.path(),
+    ));
+    assert_eq!(again.trim(), "sbatch --array=2 s/sweep.sbatch");
+    let status = ok(&headlab(&["sweep", "s", "--status"], dir.path()));
+    assert!(status.ends_with("0 of 4 done\n"), "{status}");
+}
+
+/// On a real Slurm (`.ci/run` starts a one-node cluster): the 4-run sweep submitted as an
+/// array finishes, and its results and run folders equal the local launcher's, digit for
+/// digit, apart from timings. Skipped where no Slurm answers, unless
+/// `HEADLAB_REQUIRE_SLURM=1`.
+#[test]
+fn a_sweep_on_slurm_equals_the_local_one() {
+    let up = std::process::Command::new("sinfo")
+        .arg("-h")
+        .output()
+        .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+    if !up {
+        assert!(
+            std::env::var("HEADLAB_REQUIRE_SLURM").as_deref() != Ok("1"),
+            "HEADLAB_REQUIRE_SLURM=1 but no Slurm answers (sinfo)"
+        );
+        eprintln!("skipped: no Slurm cluster answers sinfo here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    ok(&sweep("local", &[], dir.path()));
+    ok(&sweep(
+        "slurm",
+        &["--launcher", "slurm", "--cpus-per-task", "1"],
+        dir.path(),
+    ));
+    let started = Instant::now();
+    loop {
+        let status = ok(&headlab(&["sweep", "slurm", "--status"], dir.path()));
+        if status.ends_with("4 of 4 done\n") {
+            break;
+        }
+        assert!(!status.contains("failed"), "{status}");
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "the Slurm sweep did not finish in 10 minutes:\n{status}"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    ok(&headlab(&["sweep", "slurm", "--collect"], dir.path()));
+    let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
+    assert_eq!(
+        without_timing(&read("slurm/results.csv")),
+        without_timing(&read("local/results.csv"))
+    );
+    for name in [
+        "model.n_heads-1__train.seed-1",
+        "model.n_heads-2__train.seed-2",
+    ] {
+        for file in ["config.toml", "heads/syntax.csv", "heads/agreement.csv"] {
+            assert_eq!(
+                read(&format!("slurm/{name}/{file}")),
+                read(&format!("local/{name}/{file}")),
+                "{name}/{file}"
+            );
+        }
+        assert_eq!(
+            losses(&read(&format!("slurm/{name}/metrics.csv"))),
+            losses(&read(&format!("local/{name}/metrics.csv")))
+        );
+    }
+}
