@@ -929,6 +929,63 @@ fn a_stopped_lab_resumes_to_the_results_of_one_never_stopped() {
     assert_eq!(checkpoint_step(&stopped.join("h2-s5/last")), 20);
 }
 
+/// A sweep stopped (SIGTERM inside a run's step, then Ctrl-C twice between runs) loses no
+/// finished run: `--resume` keeps those, continues the stopped one from its checkpoint, and
+/// ends with the results of a sweep never stopped, digit for digit but for the timings.
+#[test]
+fn a_stopped_sweep_resumes_to_the_results_of_one_never_stopped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let sweep = |out: &'static str, extra: &[&'static str]| {
+        let mut args = vec![
+            "sweep",
+            "--grid",
+            "train.seed=5,6,7",
+            "--out",
+            out,
+            "--set",
+            "train.max_iters=30",
+            "--set",
+            "train.eval_interval=10",
+            "--set",
+            "data.builtin_chars=100000",
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    ok(command(&sweep("straight", &[]), dir).output().unwrap());
+    // Inside step 7 of the first run.
+    let p = Running::waiting_at(&sweep("stopped", &[]), dir, "step@7");
+    Signals::Once("TERM").send(p.child.id());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(143), "{stderr}");
+    assert!(!dir.join("stopped/train.seed-5/result.json").exists());
+    // Between the first and the second run.
+    let p = Running::waiting_at(&sweep("stopped", &["--resume"]), dir, "lab:done");
+    Signals::Twice("INT").send(p.child.id());
+    let (code, stderr) = p.finish();
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(dir.join("stopped/train.seed-5/result.json").is_file());
+    assert!(!dir.join("stopped/train.seed-6").exists());
+    let resumed = ok(command(&sweep("stopped", &["--resume"]), dir)
+        .output()
+        .unwrap());
+    assert!(
+        resumed.contains("stopped/train.seed-5: finished before: kept"),
+        "{resumed}"
+    );
+    let read = |path: &Path| std::fs::read_to_string(path).unwrap();
+    let timing = |csv: String| -> String {
+        csv.lines()
+            .map(|l| l.rsplit_once(',').map_or(l, |(a, _)| a).to_string() + "\n")
+            .collect()
+    };
+    assert_eq!(
+        timing(read(&dir.join("stopped/results.csv"))),
+        timing(read(&dir.join("straight/results.csv")))
+    );
+}
+
 /// `lab grokking` keeps no checkpoint: a stop request ends its loop after the step, measured
 /// there, and its files are written up to that step (the rows before it equal a run never
 /// stopped) with the command's exit code 130.

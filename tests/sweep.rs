@@ -57,7 +57,7 @@ fn losses(metrics: &str) -> String {
 
 /// A local sweep trains one run per point, in a folder named by its settings with those
 /// settings in its config; results.csv has a row per run whose losses are the run's own
-/// (result.json, read here); `--resume` keeps the finished runs and retrains a deleted one to
+/// (result.json, read here), and two runs at once give the same; `--resume` keeps the finished runs and retrains a deleted one to
 /// the same losses digit for digit; `--status` counts them.
 #[test]
 fn a_local_sweep_trains_every_point_and_tables_its_runs() {
@@ -86,6 +86,9 @@ fn a_local_sweep_trains_every_point_and_tables_its_runs() {
         let share: f64 = row[5].parse().unwrap();
         assert!((0.0..=1.0).contains(&share), "{csv}");
     }
+    // Two runs at once, each a process of its own: the same table.
+    ok(&sweep("j", &["--jobs", "2"], dir.path()));
+    assert_eq!(without_timing(&read("j/results.csv")), without_timing(&csv));
     let html = read("s/results.html");
     assert_eq!(html.matches("<tr>").count(), 1 + 4, "{html}");
     assert!(dir.path().join("s/losses.png").is_file());

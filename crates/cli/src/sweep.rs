@@ -52,6 +52,10 @@ pub struct SweepArgs {
     /// Where the runs train.
     #[arg(long, value_enum, default_value = "local")]
     pub launcher: Launcher,
+    /// Local: train this many runs at once, each a process of its own with the cores split
+    /// between them (its log in logs/run-K.log).
+    #[arg(long, default_value_t = 1, value_parser = whole_number::<usize>)]
+    pub jobs: usize,
     /// Slurm: the partition (`#SBATCH --partition`).
     #[arg(long)]
     pub partition: Option<String>,
@@ -207,6 +211,13 @@ pub fn run(args: SweepArgs) -> Result<()> {
         }
     );
     match args.launcher {
+        Launcher::Local if args.jobs > 1 => {
+            run_jobs(&out, points.len(), args.jobs, &resume_command)?;
+            let rows = collect(&out, &spec)?;
+            println!("{}", write_results(&out, &spec, &rows)?);
+            headlab_train::log_line!("wrote {}", out.join("results.html").display());
+            Ok(())
+        }
         Launcher::Local => {
             let runs = Runs {
                 observers: &observers,
@@ -223,6 +234,83 @@ pub fn run(args: SweepArgs) -> Result<()> {
             submit(&out, &args, None)
         }
     }
+}
+
+/// Trains the `n` runs of the sweep in `dir`, `jobs` at a time, each in a process of its own
+/// (`headlab sweep DIR --point K`, which keeps a finished run and continues a stopped one) with
+/// `cores / jobs` threads. A stop request (Ctrl-C reaches the runs too) starts no more runs
+/// and waits for the running ones to save their checkpoints.
+fn run_jobs(dir: &Path, n: usize, jobs: usize, resume_command: &str) -> Result<()> {
+    let exe = std::env::current_exe().context("finding the headlab binary")?;
+    let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let threads = (cores / jobs).max(1);
+    let logs = dir.join("logs");
+    std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+    // The runs save their own checkpoints on a stop request; this process only waits for them.
+    headlab_train::stop::at_stake();
+    let mut next = 0;
+    let mut running: Vec<(usize, std::process::Child)> = Vec::new();
+    let mut failed = Vec::new();
+    while next < n || !running.is_empty() {
+        while next < n && running.len() < jobs && !headlab_train::stop::requested() {
+            let log_path = logs.join(format!("run-{next}.log"));
+            let log = std::fs::File::create(&log_path)
+                .with_context(|| format!("creating {}", log_path.display()))?;
+            let child = Command::new(&exe)
+                .arg("sweep")
+                .arg(dir)
+                .args(["--point", &next.to_string()])
+                .env("RAYON_NUM_THREADS", threads.to_string())
+                .stdout(log.try_clone().context("the run's log")?)
+                .stderr(log)
+                .spawn()
+                .context("starting a run of the sweep")?;
+            headlab_train::log_line!(
+                "sweep: run {}/{n} started ({threads} threads; log {})",
+                next + 1,
+                log_path.display()
+            );
+            running.push((next, child));
+            next += 1;
+        }
+        if next < n && headlab_train::stop::requested() && running.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let mut still = Vec::new();
+        for (k, mut child) in running {
+            match child.try_wait().context("waiting for a run of the sweep")? {
+                Some(status) if status.success() => {
+                    headlab_train::log_line!("sweep: run {}/{n} done", k + 1);
+                }
+                Some(status) => {
+                    headlab_train::log_line!(
+                        "sweep: run {}/{n} ended with {status} (log {})",
+                        k + 1,
+                        logs.join(format!("run-{k}.log")).display()
+                    );
+                    failed.push(k);
+                }
+                None => still.push((k, child)),
+            }
+        }
+        running = still;
+    }
+    if headlab_train::stop::requested() {
+        return Err(headlab_labs::LabError::Between {
+            out: dir.to_path_buf(),
+            resume: resume_command.to_string(),
+        }
+        .into());
+    }
+    if !failed.is_empty() {
+        bail!(
+            "runs {failed:?} of the sweep failed (their logs are in {}); fix what they say and \
+             continue with: {resume_command}",
+            logs.display()
+        );
+    }
+    Ok(())
 }
 
 /// Where `program` is on PATH.
