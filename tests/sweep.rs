@@ -278,3 +278,60 @@ fn a_sweep_on_slurm_equals_the_local_one() {
         );
     }
 }
+
+/// A config file's `[sweep]` table gives the axes (its grid, in key order) and the launcher's
+/// settings, and the command's flags win over it; a key the table does not take is refused,
+/// exit 2, nothing written.
+#[test]
+fn a_sweep_table_in_the_config_gives_axes_and_launcher_settings() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("grid.toml"),
+        "[train]\nmax_iters = 30\n\n[sweep]\ngrid = { \"train.seed\" = [1, 2], \
+         \"model.n_heads\" = [1, 2, 4] }\nlauncher = \"slurm\"\npartition = \"debug\"\n\
+         time = \"00:05:00\"\n",
+    )
+    .unwrap();
+    ok(&headlab(
+        &[
+            "sweep",
+            "--config",
+            "grid.toml",
+            "--out",
+            "s",
+            "--dry-run",
+            "--time",
+            "00:09:00",
+        ],
+        dir.path(),
+    ));
+    let script = std::fs::read_to_string(dir.path().join("s/sweep.sbatch")).unwrap();
+    for line in [
+        "#SBATCH --array=0-5\n",
+        "#SBATCH --partition=debug\n",
+        "#SBATCH --time=00:09:00\n",
+    ] {
+        assert!(script.contains(line), "{line:?} not in\n{script}");
+    }
+    let spec: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("s/sweep.json")).unwrap())
+            .unwrap();
+    let keys: Vec<&str> = spec["axes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["key"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["model.n_heads", "train.seed"]);
+    assert!(spec["base"].as_str().unwrap().contains("max_iters = 30"));
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "[sweep]\ngrid = { \"model.n_heads\" = [1] }\ncolour = \"red\"\n",
+    )
+    .unwrap();
+    let out = headlab(&["sweep", "--config", "bad.toml", "--out", "b"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("unknown field `colour`"), "{stderr}");
+    assert!(!dir.path().join("b").exists());
+}

@@ -8,7 +8,7 @@ use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use headlab_labs::Runs;
 use headlab_labs::sweep::{
-    State, SweepSpec, collect, parse_axis, run_local, run_point, state, write_results,
+    State, SweepSpec, collect, from_file, parse_axis, run_local, run_point, state, write_results,
 };
 use headlab_train::run::{RunError, mark_training};
 
@@ -30,7 +30,10 @@ pub struct SweepArgs {
     /// An existing sweep folder, for --status, --collect or --resubmit (a new sweep goes to
     /// --out).
     pub dir: Option<PathBuf>,
-    /// The base config (default: the built-in default run).
+    /// The base config (default: the built-in default run). A `[sweep]` table in it gives
+    /// axes (`grid = { "model.n_heads" = [1, 2, 4] }`) and the launcher's settings
+    /// (`launcher`, `jobs`, `partition`, `time`, `mem`, `cpus_per_task`, `sbatch`), which
+    /// flags override.
     #[arg(long, short)]
     pub config: Option<PathBuf>,
     /// An axis: a config key and its values (repeatable), e.g. --grid model.n_heads=1,2,4.
@@ -50,21 +53,21 @@ pub struct SweepArgs {
     #[arg(long, conflicts_with = "force")]
     pub resume: bool,
     /// Where the runs train.
-    #[arg(long, value_enum, default_value = "local")]
-    pub launcher: Launcher,
+    #[arg(long, value_enum)]
+    pub launcher: Option<Launcher>,
     /// Local: train this many runs at once, each a process of its own with the cores split
     /// between them (its log in logs/run-K.log).
-    #[arg(long, default_value_t = 1, value_parser = whole_number::<usize>)]
-    pub jobs: usize,
+    #[arg(long, value_parser = whole_number::<usize>)]
+    pub jobs: Option<usize>,
     /// Slurm: the partition (`#SBATCH --partition`).
     #[arg(long)]
     pub partition: Option<String>,
     /// Slurm: each task's time limit (`#SBATCH --time`, e.g. 00:30:00).
     #[arg(long)]
     pub time: Option<String>,
-    /// Slurm: cores per task (`#SBATCH --cpus-per-task`; the run uses them all).
-    #[arg(long, default_value_t = 2, value_parser = whole_number::<usize>)]
-    pub cpus_per_task: usize,
+    /// Slurm: cores per task (`#SBATCH --cpus-per-task`; the run uses them all; default 2).
+    #[arg(long, value_parser = whole_number::<usize>)]
+    pub cpus_per_task: Option<usize>,
     /// Slurm: memory per task (`#SBATCH --mem`, e.g. 2G).
     #[arg(long)]
     pub mem: Option<String>,
@@ -92,7 +95,7 @@ pub struct SweepArgs {
 const SCRIPT: &str = "sweep.sbatch";
 
 /// Runs `headlab sweep`.
-pub fn run(args: SweepArgs) -> Result<()> {
+pub fn run(mut args: SweepArgs) -> Result<()> {
     if let Some(dir) = &args.dir {
         let spec = SweepSpec::read(dir)?;
         if let Some(k) = args.point {
@@ -126,30 +129,49 @@ pub fn run(args: SweepArgs) -> Result<()> {
             "give --status, --collect or --resubmit K with a sweep folder; a new sweep takes --grid and --out"
         );
     }
-    let (base, base_name) = match &args.config {
-        Some(path) => (
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
-            path.display().to_string(),
-        ),
+    let (base, base_name, mut axes) = match &args.config {
+        Some(path) => {
+            let (base, axes, options) = from_file(path)?;
+            // Flags win over the file's settings.
+            let launcher = match options.launcher.as_deref() {
+                None | Some("local") => Launcher::Local,
+                Some("slurm") => Launcher::Slurm,
+                Some(other) => bail!(
+                    "{}: [sweep] launcher = {other:?}: choose \"local\" or \"slurm\"",
+                    path.display()
+                ),
+            };
+            args.launcher = args.launcher.or(Some(launcher));
+            args.jobs = args.jobs.or(options.jobs);
+            args.cpus_per_task = args.cpus_per_task.or(options.cpus_per_task);
+            args.partition = args.partition.take().or(options.partition);
+            args.time = args.time.take().or(options.time);
+            args.mem = args.mem.take().or(options.mem);
+            let mut sbatch = options.sbatch;
+            sbatch.append(&mut args.sbatch);
+            args.sbatch = sbatch;
+            (base, path.display().to_string(), axes)
+        }
         None => (
             DEFAULT_CONFIG.to_string(),
             "built-in configs/default.toml".into(),
+            Vec::new(),
         ),
     };
+    for g in &args.grid {
+        axes.push(parse_axis(g)?);
+    }
     let spec = SweepSpec {
         base_name,
         base,
         sets: args.set.clone(),
-        axes: args
-            .grid
-            .iter()
-            .map(String::as_str)
-            .map(parse_axis)
-            .collect::<Result<_, _>>()?,
+        axes,
     };
+    let launcher = args.launcher.unwrap_or(Launcher::Local);
+    let jobs = args.jobs.unwrap_or(1);
     // Every point's config is checked before anything is written or submitted.
     let points = spec.check()?;
-    if args.launcher == Launcher::Slurm && !args.dry_run && which("sbatch").is_none() {
+    if launcher == Launcher::Slurm && !args.dry_run && which("sbatch").is_none() {
         bail!(
             "--launcher slurm needs sbatch, which is not on PATH: run on a Slurm login node, or \
              add --dry-run to write the script without submitting it"
@@ -205,14 +227,14 @@ pub fn run(args: SweepArgs) -> Result<()> {
         "sweep: {} runs into {} ({} launcher)",
         points.len(),
         out.display(),
-        match args.launcher {
+        match launcher {
             Launcher::Local => "local",
             Launcher::Slurm => "slurm",
         }
     );
-    match args.launcher {
-        Launcher::Local if args.jobs > 1 => {
-            run_jobs(&out, points.len(), args.jobs, &resume_command)?;
+    match launcher {
+        Launcher::Local if jobs > 1 => {
+            run_jobs(&out, points.len(), jobs, &resume_command)?;
             let rows = collect(&out, &spec)?;
             println!("{}", write_results(&out, &spec, &rows)?);
             headlab_train::log_line!("wrote {}", out.join("results.html").display());
@@ -332,7 +354,7 @@ fn script(dir: &Path, args: &SweepArgs, n: usize) -> Result<String> {
         "#!/bin/bash\n#SBATCH --job-name=headlab-sweep\n#SBATCH --array=0-{}\n\
          #SBATCH --cpus-per-task={}\n#SBATCH --output={}/task-%a.out\n",
         n - 1,
-        args.cpus_per_task,
+        args.cpus_per_task.unwrap_or(2),
         logs.display()
     );
     if let Some(p) = &args.partition {
@@ -352,7 +374,7 @@ fn script(dir: &Path, args: &SweepArgs, n: usize) -> Result<String> {
          export RAYON_NUM_THREADS=\"${{SLURM_CPUS_PER_TASK:-{}}}\"\n\
          '{}' sweep '{}' --point \"$SLURM_ARRAY_TASK_ID\"\n\
          echo $? > '{}'/task-\"$SLURM_ARRAY_TASK_ID\".exit\n",
-        args.cpus_per_task,
+        args.cpus_per_task.unwrap_or(2),
         exe.display(),
         dir.display(),
         logs.display()

@@ -121,6 +121,14 @@ pub enum LabError {
         /// What is wrong with it.
         why: String,
     },
+    /// A `[sweep]` table that cannot be read.
+    #[error("{}: {why}", .path.display())]
+    SweepTable {
+        /// The config file.
+        path: PathBuf,
+        /// What is wrong, and what it takes.
+        why: String,
+    },
     /// Results asked of a sweep whose runs are not all finished.
     #[error("{} runs of the sweep in {} have not finished: {}; continue them with --resume (or see --status)", .runs.len(), .dir.display(), .runs.join(", "))]
     Unfinished {

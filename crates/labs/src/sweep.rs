@@ -79,6 +79,94 @@ pub fn parse_axis(text: &str) -> Result<Axis, LabError> {
     })
 }
 
+/// What a `[sweep]` table may hold besides `grid`: the launcher's settings, which the
+/// command's flags override.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepOptions {
+    /// `local` or `slurm`.
+    pub launcher: Option<String>,
+    /// Runs at once (local).
+    pub jobs: Option<usize>,
+    /// Slurm's `--partition`, `--time`, `--mem`, `--cpus-per-task`, and extra `#SBATCH` lines.
+    pub partition: Option<String>,
+    pub time: Option<String>,
+    pub mem: Option<String>,
+    pub cpus_per_task: Option<usize>,
+    #[serde(default)]
+    pub sbatch: Vec<String>,
+}
+
+/// A config file as a sweep's base. Its `[sweep]` table, if any, is taken out: `grid` (a
+/// table of config keys, each with its list of values) gives the axes, in the table's key
+/// order, and the rest the launcher's settings ([`SweepOptions`]). The rest of the file is
+/// the runs' config, its relative `data.path` resolved as `headlab train --config` resolves
+/// it; returned as TOML text, so `sweep.json` holds it whole.
+pub fn from_file(path: &Path) -> Result<(String, Vec<Axis>, SweepOptions), LabError> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|source| LabError::File {
+        action: "read",
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+        LabError::Config(ConfigError::Parse {
+            source_name: name.clone(),
+            hint: None,
+            source: Box::new(e),
+        })
+    })?;
+    let bad = |why: String| LabError::SweepTable {
+        path: path.to_path_buf(),
+        why,
+    };
+    let (axes, options) = match table.remove("sweep") {
+        None => (Vec::new(), SweepOptions::default()),
+        Some(toml::Value::Table(mut sweep)) => {
+            let grid = match sweep.remove("grid") {
+                None => toml::Table::new(),
+                Some(toml::Value::Table(grid)) => grid,
+                Some(_) => {
+                    return Err(bad("[sweep] grid must be a table of KEY = [values]".into()));
+                }
+            };
+            let mut axes = Vec::new();
+            for (key, values) in grid {
+                let toml::Value::Array(values) = values else {
+                    return Err(bad(format!("[sweep] grid: {key} must be a list of values")));
+                };
+                let values = values
+                    .into_iter()
+                    .map(|v| match v {
+                        toml::Value::String(s) => Ok(s),
+                        toml::Value::Integer(_)
+                        | toml::Value::Float(_)
+                        | toml::Value::Boolean(_) => Ok(v.to_string()),
+                        other => Err(bad(format!(
+                            "[sweep] grid: {key} has {other}, not a number, word or true/false"
+                        ))),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                axes.push(Axis { key, values });
+            }
+            let options: SweepOptions =
+                toml::Value::Table(sweep)
+                    .try_into()
+                    .map_err(|e: toml::de::Error| {
+                        bad(format!("[sweep]: {} (or grid)", e.message().trim()))
+                    })?;
+            (axes, options)
+        }
+        Some(_) => return Err(bad("sweep must be a table, [sweep]".into())),
+    };
+    let rest = toml::to_string(&table).expect("a parsed table serialises");
+    let mut config = RunConfig::from_toml_str(&rest, &name)?;
+    if let (Some(data), Ok(cwd)) = (&config.data.path, std::env::current_dir()) {
+        config.data.path = Some(headlab_train::config::resolve_data_path(data, path, &cwd));
+    }
+    Ok((config.to_toml_string()?, axes, options))
+}
+
 impl SweepSpec {
     /// Every point, the first axis varying slowest.
     pub fn points(&self) -> Vec<Point> {
