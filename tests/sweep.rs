@@ -215,11 +215,51 @@ fn the_slurm_launcher_writes_one_array_task_per_run() {
     assert_eq!(again.trim(), "sbatch --array=2 s/sweep.sbatch");
     let status = ok(&headlab(&["sweep", "s", "--status"], dir.path()));
     assert!(status.ends_with("0 of 4 done\n"), "{status}");
+
+    // lab syntax's runs as an array, named as the lab names them; a lab of one run refuses.
+    ok(&headlab(
+        &[
+            "lab",
+            "syntax",
+            "--heads",
+            "1,2",
+            "--seeds",
+            "1",
+            "--out",
+            "lab",
+            "--launcher",
+            "slurm",
+            "--dry-run",
+        ],
+        dir.path(),
+    ));
+    let script = std::fs::read_to_string(dir.path().join("lab/sweep.sbatch")).unwrap();
+    assert!(script.contains("#SBATCH --array=0-1\n"), "{script}");
+    let status = ok(&headlab(&["sweep", "lab", "--status"], dir.path()));
+    assert!(
+        status.contains("h1-s1") && status.contains("h2-s1"),
+        "{status}"
+    );
+    let one = headlab(
+        &[
+            "lab",
+            "induction",
+            "--out",
+            "one",
+            "--launcher",
+            "slurm",
+            "--dry-run",
+        ],
+        dir.path(),
+    );
+    assert_eq!(one.status.code(), Some(2));
+    assert!(!dir.path().join("one").exists());
 }
 
 /// On a real Slurm (`.ci/run` starts a one-node cluster): the 4-run sweep submitted as an
 /// array finishes, and its results and run folders equal the local launcher's, digit for
-/// digit, apart from timings. Skipped where no Slurm answers, unless
+/// digit, apart from timings; and lab syntax's runs trained there, measured by the lab with
+/// --resume, give the summary of the lab run here. Skipped where no Slurm answers, unless
 /// `HEADLAB_REQUIRE_SLURM=1`.
 #[test]
 fn a_sweep_on_slurm_equals_the_local_one() {
@@ -277,6 +317,61 @@ fn a_sweep_on_slurm_equals_the_local_one() {
             losses(&read(&format!("local/{name}/metrics.csv")))
         );
     }
+
+    // A lab's runs on Slurm, then the lab with --resume: the summary of the lab run here.
+    let lab = |out: &'static str, extra: &[&'static str]| {
+        let mut args = vec![
+            "lab",
+            "syntax",
+            "--heads",
+            "1,2",
+            "--seeds",
+            "1",
+            "--set",
+            "train.max_iters=60",
+            "--set",
+            "train.track_heads_every=20",
+            "--set",
+            "data.builtin_chars=200000",
+            "--out",
+            out,
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    ok(&headlab(&lab("lab-local", &[]), dir.path()));
+    ok(&headlab(
+        &lab(
+            "lab-slurm",
+            &["--launcher", "slurm", "--cpus-per-task", "1"],
+        ),
+        dir.path(),
+    ));
+    let started = Instant::now();
+    while !ok(&headlab(&["sweep", "lab-slurm", "--status"], dir.path())).ends_with("2 of 2 done\n")
+    {
+        assert!(started.elapsed() < Duration::from_secs(600));
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    ok(&headlab(&lab("lab-slurm", &["--resume"]), dir.path()));
+    let summary = |out: &str| -> String {
+        read(&format!("{out}/summary.md"))
+            .lines()
+            .filter(|l| !l.starts_with("Reproduce"))
+            .map(|l| {
+                // The lab's own time, the one number that differs.
+                let cut = l.find(" in ").map_or(l.len(), |i| i);
+                if l.starts_with("Word-level models") {
+                    &l[..cut]
+                } else {
+                    l
+                }
+                .to_string()
+                    + "\n"
+            })
+            .collect()
+    };
+    assert_eq!(summary("lab-slurm"), summary("lab-local"));
 }
 
 /// A config file's `[sweep]` table gives the axes (its grid, in key order) and the launcher's

@@ -28,6 +28,8 @@ use headlab_train::run::{
 use headlab_train::stop;
 
 use crate::common::{observers, whole_number};
+use crate::sweep::{Launcher, SlurmArgs, submit, which};
+use headlab_labs::sweep::{SweepSpec, parse_axis};
 
 /// `headlab lab <name>`: each experiment is a subcommand, so `headlab lab NAME --help` says
 /// what that one trains, how long it takes and what it writes.
@@ -233,6 +235,14 @@ pub struct Common {
     /// Backend of the lab's runs: flex, flex-burn, ndarray or wgpu (overrides train.backend).
     #[arg(long, short)]
     pub backend: Option<String>,
+    /// Where the lab's runs train: here, or (lab heads and lab syntax) as one Slurm job
+    /// array, one task per run; once they are done, the same command with --resume measures
+    /// them and writes the summary.
+    #[arg(long, value_enum, default_value = "local")]
+    pub launcher: Launcher,
+    /// Slurm's settings, with --launcher slurm.
+    #[command(flatten)]
+    pub slurm: SlurmArgs,
 }
 
 impl Common {
@@ -329,7 +339,75 @@ pub fn run(args: LabArgs) -> Result<()> {
         }
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
     }
-    let _in_use = InUse::new(&out, mark)?;
+    let in_use = InUse::new(&out, mark)?;
+    if let LabName::Heads { common, .. }
+    | LabName::Syntax { common, .. }
+    | LabName::Induction { common, .. }
+    | LabName::Ambiguity { common, .. }
+    | LabName::Symmetry { common, .. } = &args.name
+        && common.launcher == Launcher::Slurm
+        && !resume
+    {
+        let (config, toml_name, grid) = match &args.name {
+            LabName::Heads { seeds, heads, .. } => (
+                head_count::CONFIG,
+                "configs/lab-heads.toml",
+                (
+                    heads
+                        .clone()
+                        .unwrap_or_else(|| head_count::HEAD_COUNTS.to_vec()),
+                    seeds.clone().unwrap_or_else(|| head_count::SEEDS.to_vec()),
+                ),
+            ),
+            LabName::Syntax { seeds, heads, .. } => (
+                syntax::CONFIG,
+                "configs/lab-syntax.toml",
+                (
+                    heads
+                        .clone()
+                        .unwrap_or_else(|| syntax::HEAD_COUNTS.to_vec()),
+                    seeds.clone().unwrap_or_else(|| syntax::SEEDS.to_vec()),
+                ),
+            ),
+            _ => bail!(
+                "--launcher slurm trains the runs of lab heads and lab syntax as a job array; \
+                 lab {name} trains one run, or runs that depend on each other: run it here"
+            ),
+        };
+        let base = headlab_labs::lab_config(config, toml_name, &sets)?;
+        let list = |v: Vec<String>| v.join(",");
+        let spec = SweepSpec {
+            base_name: format!("lab {name} ({toml_name})"),
+            base: base.to_toml_string()?,
+            sets: Vec::new(),
+            axes: vec![
+                parse_axis(&format!(
+                    "model.n_heads={}",
+                    list(grid.0.iter().map(|h| h.to_string()).collect())
+                ))?,
+                parse_axis(&format!(
+                    "train.seed={}",
+                    list(grid.1.iter().map(|s| s.to_string()).collect())
+                ))?,
+            ],
+            names: Some("h{model.n_heads}-s{train.seed}".into()),
+        };
+        spec.check()?;
+        if !common.slurm.dry_run && which("sbatch").is_none() {
+            bail!(
+                "--launcher slurm needs sbatch, which is not on PATH: run on a Slurm login node, \
+                 or add --dry-run to write the script without submitting it"
+            );
+        }
+        spec.write(&out)?;
+        drop(in_use);
+        submit(&out, &common.slurm, None)?;
+        eprintln!(
+            "once every run is done, measure them and write the summary with: {resume_command}"
+        );
+        return Ok(());
+    }
+    let _in_use = in_use;
     let runs = Runs {
         observers: &observers,
         resume,

@@ -59,6 +59,27 @@ pub struct SweepArgs {
     /// between them (its log in logs/run-K.log).
     #[arg(long, value_parser = whole_number::<usize>)]
     pub jobs: Option<usize>,
+    /// Slurm's settings.
+    #[command(flatten)]
+    pub slurm: SlurmArgs,
+    /// Which runs of the sweep in DIR are done, running, pending or failed.
+    #[arg(long, requires = "dir")]
+    pub status: bool,
+    /// Build the results table of the sweep in DIR once every run is done.
+    #[arg(long, requires = "dir")]
+    pub collect: bool,
+    /// Submit run K (from 0) of the Slurm sweep in DIR again, alone.
+    #[arg(long, requires = "dir", value_parser = whole_number::<usize>)]
+    pub resubmit: Option<usize>,
+    /// Train run K of the sweep in DIR (what each Slurm array task runs).
+    #[arg(long, requires = "dir", hide = true, value_parser = whole_number::<usize>)]
+    pub point: Option<usize>,
+}
+
+/// What a Slurm job array is asked for (`headlab sweep` and the labs that train several
+/// runs).
+#[derive(Debug, Args, Default)]
+pub struct SlurmArgs {
     /// Slurm: the partition (`#SBATCH --partition`).
     #[arg(long)]
     pub partition: Option<String>,
@@ -77,18 +98,6 @@ pub struct SweepArgs {
     /// Slurm: write the script and print the sbatch command instead of submitting.
     #[arg(long)]
     pub dry_run: bool,
-    /// Which runs of the sweep in DIR are done, running, pending or failed.
-    #[arg(long, requires = "dir")]
-    pub status: bool,
-    /// Build the results table of the sweep in DIR once every run is done.
-    #[arg(long, requires = "dir")]
-    pub collect: bool,
-    /// Submit run K (from 0) of the Slurm sweep in DIR again, alone.
-    #[arg(long, requires = "dir", value_parser = whole_number::<usize>)]
-    pub resubmit: Option<usize>,
-    /// Train run K of the sweep in DIR (what each Slurm array task runs).
-    #[arg(long, requires = "dir", hide = true, value_parser = whole_number::<usize>)]
-    pub point: Option<usize>,
 }
 
 /// The script each Slurm sweep keeps, and the array task's exit code files.
@@ -123,7 +132,7 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
                     spec.points().len() - 1
                 );
             }
-            return submit(dir, &args, Some(k));
+            return submit(dir, &args.slurm, Some(k));
         }
         bail!(
             "give --status, --collect or --resubmit K with a sweep folder; a new sweep takes --grid and --out"
@@ -143,13 +152,13 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
             };
             args.launcher = args.launcher.or(Some(launcher));
             args.jobs = args.jobs.or(options.jobs);
-            args.cpus_per_task = args.cpus_per_task.or(options.cpus_per_task);
-            args.partition = args.partition.take().or(options.partition);
-            args.time = args.time.take().or(options.time);
-            args.mem = args.mem.take().or(options.mem);
+            args.slurm.cpus_per_task = args.slurm.cpus_per_task.or(options.cpus_per_task);
+            args.slurm.partition = args.slurm.partition.take().or(options.partition);
+            args.slurm.time = args.slurm.time.take().or(options.time);
+            args.slurm.mem = args.slurm.mem.take().or(options.mem);
             let mut sbatch = options.sbatch;
-            sbatch.append(&mut args.sbatch);
-            args.sbatch = sbatch;
+            sbatch.append(&mut args.slurm.sbatch);
+            args.slurm.sbatch = sbatch;
             (base, path.display().to_string(), axes)
         }
         None => (
@@ -166,12 +175,13 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
         base,
         sets: args.set.clone(),
         axes,
+        names: None,
     };
     let launcher = args.launcher.unwrap_or(Launcher::Local);
     let jobs = args.jobs.unwrap_or(1);
     // Every point's config is checked before anything is written or submitted.
     let points = spec.check()?;
-    if launcher == Launcher::Slurm && !args.dry_run && which("sbatch").is_none() {
+    if launcher == Launcher::Slurm && !args.slurm.dry_run && which("sbatch").is_none() {
         bail!(
             "--launcher slurm needs sbatch, which is not on PATH: run on a Slurm login node, or \
              add --dry-run to write the script without submitting it"
@@ -253,7 +263,7 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
         }
         Launcher::Slurm => {
             drop(in_use);
-            submit(&out, &args, None)
+            submit(&out, &args.slurm, None)
         }
     }
 }
@@ -336,7 +346,7 @@ fn run_jobs(dir: &Path, n: usize, jobs: usize, resume_command: &str) -> Result<(
 }
 
 /// Where `program` is on PATH.
-fn which(program: &str) -> Option<PathBuf> {
+pub(crate) fn which(program: &str) -> Option<PathBuf> {
     std::env::var_os("PATH").and_then(|paths| {
         std::env::split_paths(&paths)
             .map(|p| p.join(program))
@@ -346,7 +356,7 @@ fn which(program: &str) -> Option<PathBuf> {
 
 /// The sbatch script of the sweep in `dir`: one array task per run, each training its run
 /// with this binary (the nodes need no Rust) and leaving its exit code beside its log.
-fn script(dir: &Path, args: &SweepArgs, n: usize) -> Result<String> {
+fn script(dir: &Path, args: &SlurmArgs, n: usize) -> Result<String> {
     let exe = std::env::current_exe().context("finding the headlab binary")?;
     let dir = std::path::absolute(dir).context("the sweep folder's path")?;
     let logs = dir.join("logs");
@@ -384,7 +394,7 @@ fn script(dir: &Path, args: &SweepArgs, n: usize) -> Result<String> {
 
 /// Writes the sweep's script and submits it (only task `only`, when given); with
 /// `--dry-run`, prints the command instead.
-fn submit(dir: &Path, args: &SweepArgs, only: Option<usize>) -> Result<()> {
+pub(crate) fn submit(dir: &Path, args: &SlurmArgs, only: Option<usize>) -> Result<()> {
     let spec = SweepSpec::read(dir)?;
     let n = spec.points().len();
     let logs = dir.join("logs");

@@ -46,6 +46,10 @@ pub struct SweepSpec {
     /// `--set`s applied to every point before its own settings.
     pub sets: Vec<String>,
     pub axes: Vec<Axis>,
+    /// How run folders are named, `{KEY}` standing for the point's value of axis KEY (a lab's
+    /// `h{model.n_heads}-s{train.seed}`); without it, `KEY-VALUE` per axis joined by `__`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub names: Option<String>,
 }
 
 /// One run of the sweep.
@@ -196,6 +200,17 @@ impl SweepSpec {
                     })
                 })
                 .collect();
+        }
+        if let Some(format) = &self.names {
+            for p in &mut points {
+                let mut name = format.clone();
+                for set in &p.sets {
+                    if let Some((key, value)) = set.split_once('=') {
+                        name = name.replace(&format!("{{{key}}}"), value);
+                    }
+                }
+                p.name = name;
+            }
         }
         points
     }
