@@ -28,7 +28,7 @@ use headlab_train::run::{
 use headlab_train::stop;
 
 use crate::common::{observers, whole_number};
-use crate::sweep::{Launcher, SlurmArgs, submit, which};
+use crate::slurm::{Launcher, SlurmArgs, submit, which};
 use headlab_labs::sweep::{SweepSpec, parse_axis};
 
 /// `headlab lab <name>`: each experiment is a subcommand, so `headlab lab NAME --help` says

@@ -30,6 +30,7 @@ mod patch;
 mod prune;
 mod report;
 mod sample;
+mod slurm;
 mod sweep;
 mod train;
 
