@@ -124,6 +124,11 @@ fn bad_sweeps_exit_2_and_write_nothing() {
         assert!(!dir.path().join("bad").exists(), "{args:?}");
     };
     let grid = |g: &'static str| ["sweep", "--grid", g, "--out", "bad"];
+    refused(
+        &grid("model.n_headz=1,2"),
+        &[],
+        "--grid \"model.n_headz=1\"",
+    );
     refused(&grid("model.n_headz=1,2"), &[], "valid keys");
     refused(&grid("model.n_heads=1,x"), &[], "wrong type");
     refused(&grid("model.n_heads="), &[], "empty");

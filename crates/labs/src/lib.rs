@@ -121,6 +121,9 @@ pub enum LabError {
         /// What is wrong with it.
         why: String,
     },
+    /// A grid value a config cannot take (the key and the valid ones named, as `--set` does).
+    #[error("{0}")]
+    Grid(String),
     /// A `[sweep]` table that cannot be read.
     #[error("{}: {why}", .path.display())]
     SweepTable {

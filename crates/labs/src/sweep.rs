@@ -219,7 +219,10 @@ impl SweepSpec {
     pub fn config(&self, point: &Point) -> Result<RunConfig, LabError> {
         let mut config = RunConfig::from_toml_str(&self.base, &self.base_name)?;
         config.apply_sets(&self.sets)?;
-        config.apply_sets(&point.sets)?;
+        // The point's settings came from --grid (or the [sweep] table): say so.
+        config
+            .apply_sets(&point.sets)
+            .map_err(|e| LabError::Grid(e.to_string().replacen("--set ", "--grid ", 1)))?;
         config.validate().map_err(ConfigError::from)?;
         Ok(config)
     }
