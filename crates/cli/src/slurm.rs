@@ -134,10 +134,6 @@ pub fn submit(dir: &Path, args: &SlurmArgs, only: Option<usize>) -> Result<()> {
         .to_string();
     std::fs::write(dir.join("slurm-job"), format!("{job}\n")).context("writing slurm-job")?;
     println!("{}", said.trim());
-    eprintln!(
-        "follow it with: headlab sweep {} --status; then: headlab sweep {} --collect",
-        dir.display(),
-        dir.display()
-    );
+    eprintln!("follow it with: headlab sweep {} --status", dir.display());
     Ok(())
 }

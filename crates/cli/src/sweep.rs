@@ -228,7 +228,14 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
         }
         Launcher::Slurm => {
             drop(in_use);
-            submit(&out, &args.slurm, None)
+            submit(&out, &args.slurm, None)?;
+            if !args.slurm.dry_run {
+                eprintln!(
+                    "once every run is done, build the tables with: headlab sweep {} --collect",
+                    out.display()
+                );
+            }
+            Ok(())
         }
     }
 }
