@@ -11,25 +11,13 @@
 //! linear in the patched activation (a head feeding the logits through no LayerNorm) and
 //! drifts from the exact patch as nonlinearities (softmax, LayerNorm, GELU) sit between.
 
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Tensor};
 use headlab_kernels::to_host;
 use headlab_model::{BlockDeltas, ForwardOptions, Gpt};
 
-use crate::patching::{Metric, PatchError, Patching, Sites, Sweep, batch, check, metric_of};
-
-/// The metric after the last position of `logits [1, t, vocab]`, as a tensor `[1]` that
-/// gradients flow back from ([`metric_of`] reads the same number to the host).
-fn metric_tensor(logits: Tensor<3>, metric: Metric) -> Tensor<1> {
-    let [_, t, v] = logits.dims();
-    // [1, t, v] -> [1, 1, v] -> [v]
-    let last = logits.slice([0..1, t - 1..t, 0..v]).reshape([v]);
-    let pick = |x: Tensor<1>, id: u32| x.narrow(0, id as usize, 1);
-    match metric {
-        Metric::LogitDiff { answer, versus } => pick(last.clone(), answer) - pick(last, versus),
-        Metric::LogProb { answer } => pick(log_softmax(last, 0), answer),
-    }
-}
+use crate::patching::{
+    Metric, PatchError, Patching, Sites, Sweep, batch, check, metric_of, metric_tensor,
+};
 
 /// `sum over the last `width` values` of `(clean - corrupted) * grad`, one sum per leading
 /// index: the first-order change of the metric when each row (a position, or a head's

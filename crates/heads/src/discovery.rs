@@ -21,7 +21,6 @@
 
 use std::time::Instant;
 
-use burn::tensor::activation::log_softmax;
 use burn::tensor::{Device, Tensor};
 use headlab_kernels::to_host;
 use headlab_model::attention::{AttentionOptions, Qkv};
@@ -29,7 +28,7 @@ use headlab_model::{Gpt, HeadInput, Norm, norm};
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::patching::{Metric, PatchError, batch, check, metric_of};
+use crate::patching::{Metric, PatchError, batch, check, metric_of, metric_tensor};
 
 /// Why a circuit cannot be searched for.
 #[derive(Debug, Error)]
@@ -381,19 +380,6 @@ impl Discovery {
     /// `(circuit - empty) / (full - empty)`: the share of the task the circuit alone does.
     pub fn recovered(&self) -> f64 {
         (self.circuit - self.empty) / (self.full - self.empty)
-    }
-}
-
-/// The metric after the last position, as a tensor gradients flow back from.
-fn metric_tensor(logits: Tensor<3>, metric: Metric) -> Tensor<1> {
-    let [_, t, v] = logits.dims();
-    // [1, t, v] -> [1, 1, v] -> [v]
-    let last = logits.slice([0..1, t - 1..t, 0..v]).reshape([v]);
-    match metric {
-        Metric::LogitDiff { answer, versus } => {
-            last.clone().narrow(0, answer as usize, 1) - last.narrow(0, versus as usize, 1)
-        }
-        Metric::LogProb { answer } => log_softmax(last, 0).narrow(0, answer as usize, 1),
     }
 }
 

@@ -122,6 +122,19 @@ pub fn metric_of(logits: Tensor<3>, metric: Metric) -> f64 {
     }
 }
 
+/// The metric after the last position of `logits [1, t, vocab]` as a tensor `[1]` that
+/// gradients flow back from (attribution patching, EAP); [`metric_of`] reads the same number.
+pub(crate) fn metric_tensor(logits: Tensor<3>, metric: Metric) -> Tensor<1> {
+    let [_, t, v] = logits.dims();
+    // [1, t, v] -> [1, 1, v] -> [v]
+    let last = logits.slice([0..1, t - 1..t, 0..v]).reshape([v]);
+    let pick = |x: Tensor<1>, id: u32| x.narrow(0, id as usize, 1);
+    match metric {
+        Metric::LogitDiff { answer, versus } => pick(last.clone(), answer) - pick(last, versus),
+        Metric::LogProb { answer } => pick(log_softmax(last, 0), answer),
+    }
+}
+
 /// Checks the prompts and the metric's tokens against the model.
 pub(crate) fn check(
     model: &Gpt,
