@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::pruning::{PruneCurve, removable};
+use crate::pruning::{PruneCurve, last_removed, removable};
 
 /// `prune.csv`'s header: one row per order and step. `order` (`importance`, `reverse`,
 /// `random-SEED`), `step` (heads removed so far), `removed` (the head removed at that step,
@@ -109,12 +109,9 @@ pub fn summary(curves: &[PruneCurve]) -> String {
             last.val_loss
         );
     }
-    let kept: Vec<String> = first
-        .steps
+    let kept: Vec<String> = last_removed(first, 3)
         .iter()
-        .rev()
-        .take(3.min(total))
-        .filter_map(|s| s.removed.map(|(l, h)| format!("{l}.{h}")))
+        .map(|(l, h)| format!("{l}.{h}"))
         .collect();
     let _ = writeln!(
         s,

@@ -216,6 +216,17 @@ pub fn prune_run(
         .collect()
 }
 
+/// The last `n` heads `curve` removes, the last first: what its order keeps to the end.
+pub fn last_removed(curve: &PruneCurve, n: usize) -> Vec<HeadId> {
+    curve
+        .steps
+        .iter()
+        .rev()
+        .filter_map(|s| s.removed)
+        .take(n)
+        .collect()
+}
+
 /// How many heads `curve` removes before the loss rises by `loss_share` of the intact loss
 /// (0.01: 1%) or agreement falls by `agreement_points` (0.01: one point), whichever comes
 /// first: the removals that cost nothing that matters.

@@ -25,7 +25,7 @@ use std::time::Instant;
 
 use headlab_data::Split;
 use headlab_data::syntax::{Construction, Relation};
-use headlab_heads::pruning::{Order, PruneCurve, prune_run, removable};
+use headlab_heads::pruning::{Order, PruneCurve, last_removed, prune_run, removable};
 use headlab_heads::syntax::{
     AblationKind, ROLE_MARGIN, RelationScore, SYNTAX_HISTORY_FILE, SyntaxPoint,
     parse_syntax_history,
@@ -456,11 +456,9 @@ fn prune_section(lab: &SyntaxLab) -> String {
             .collect();
         let importance = run.pruning.iter().find(|c| c.order == Order::Importance);
         let last: Vec<String> = importance.map_or(Vec::new(), |c| {
-            c.steps
+            last_removed(c, 3)
                 .iter()
-                .rev()
-                .take(3.min(total))
-                .filter_map(|s| s.removed.map(|(l, h)| format!("{l}.{h}")))
+                .map(|(l, h)| format!("{l}.{h}"))
                 .collect()
         });
         let goes = match (
