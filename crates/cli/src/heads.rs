@@ -170,9 +170,7 @@ pub fn write(
     };
     // The table's roles column: each head's syntactic roles on the val sentences.
     if let Some(syntax) = &syntax {
-        for (row, roles) in report.rows.iter_mut().zip(&syntax.roles) {
-            row.roles = roles.roles.iter().map(|r| r.name().to_string()).collect();
-        }
+        syntax.mark_roles(&mut report.rows);
     }
     let relations = syntax
         .as_ref()

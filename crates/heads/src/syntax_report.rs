@@ -103,6 +103,16 @@ pub struct SyntaxReport {
     pub sweep: Vec<AblationRow>,
 }
 
+impl SyntaxReport {
+    /// Fills the head table's `roles` column: each head's syntactic roles on these sentences
+    /// (`rows` in the table's order, layer-major, as `roles` is).
+    pub fn mark_roles(&self, rows: &mut [crate::HeadRow]) {
+        for (row, roles) in rows.iter_mut().zip(&self.roles) {
+            row.roles = roles.roles.iter().map(|r| r.name().to_string()).collect();
+        }
+    }
+}
+
 /// The syntax scores, roles and ablation sweep of a grammar run, written into `out`; `None`
 /// for a run on anything but the built-in grammar corpus, or with too little val text.
 pub fn measure(

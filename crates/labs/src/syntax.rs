@@ -184,9 +184,7 @@ pub fn syntax_lab(
                 let map_ids = data.tokens(Split::Val).to_vec(0..block.min(32));
                 let probe = Probe::new(&data, block, tokenizer.vocab_size(), None, seed)?;
                 let mut table = head_report(model, tokenizer, &probe, &map_ids, &device);
-                for (row, roles) in table.rows.iter_mut().zip(&report.roles) {
-                    row.roles = roles.roles.iter().map(|r| r.name().to_string()).collect();
-                }
+                report.mark_roles(&mut table.rows);
                 let title = format!("headlab lab syntax: {h} heads, seed {seed}");
                 let relations = syntax_report::syntax_json(&report);
                 write_head_report(&heads_dir, &title, &table, Some(&relations))?;
