@@ -111,6 +111,14 @@ impl Receiver {
             _ => "",
         }
     }
+
+    /// The name with the input: `1.0 K`, `mlp 1`, `logits`.
+    pub fn label(self) -> String {
+        match self {
+            Receiver::Head(..) => format!("{} {}", self.name(), self.input()),
+            _ => self.name(),
+        }
+    }
 }
 
 /// One sender's write as one receiver reads it.
@@ -118,6 +126,13 @@ impl Receiver {
 pub struct Edge {
     pub from: Sender,
     pub to: Receiver,
+}
+
+impl Edge {
+    /// `0.1 -> 1.0 K`, `1.0 -> logits`.
+    pub fn label(self) -> String {
+        format!("{} -> {}", self.from.name(), self.to.label())
+    }
 }
 
 /// A model's graph: senders and receivers in the order the model runs them, and every edge.
@@ -380,6 +395,13 @@ impl Discovery {
     /// `(circuit - empty) / (full - empty)`: the share of the task the circuit alone does.
     pub fn recovered(&self) -> f64 {
         (self.circuit - self.empty) / (self.full - self.empty)
+    }
+
+    /// The circuit's edges, the largest |score| first (ties in the graph's order).
+    pub fn kept_by_score(&self) -> Vec<&ScoredEdge> {
+        let mut kept: Vec<&ScoredEdge> = self.edges.iter().filter(|e| e.kept).collect();
+        kept.sort_by(|a, b| b.score.abs().total_cmp(&a.score.abs()));
+        kept
     }
 }
 

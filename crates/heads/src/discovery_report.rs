@@ -1,7 +1,7 @@
 //! `headlab circuit`'s results as text: `circuit.csv` and the summary it prints
 //! ([`crate::discovery`] finds them).
 
-use crate::discovery::{Discovery, ScoredEdge};
+use crate::discovery::Discovery;
 
 /// `circuit.csv`'s header: one row per edge of the graph. `sender` (`embed`, `L.H`, `mlp L`),
 /// `receiver` (`L.H`, `mlp L`, `logits`), `input` (the receiving head's `Q`, `K` or `V`; empty
@@ -30,12 +30,12 @@ pub fn circuit_csv(found: &Discovery) -> String {
 /// What `headlab circuit` prints: the method, the edges kept, the circuit's faithfulness and
 /// its cost, then every kept edge, largest score first.
 pub fn circuit_summary(found: &Discovery) -> String {
-    let kept: Vec<&ScoredEdge> = found.edges.iter().filter(|e| e.kept).collect();
+    let kept = found.edges.iter().filter(|e| e.kept).count();
     let mut s = format!(
         "circuit discovery ({}, threshold {}): {} of {} edges kept\n",
         found.method.name(),
         found.threshold,
-        kept.len(),
+        kept,
         found.edges.len()
     );
     s += &format!(
@@ -50,20 +50,12 @@ pub fn circuit_summary(found: &Discovery) -> String {
         "  cost: {} forward passes in {:.2} s\n",
         found.passes, found.seconds
     );
-    let mut sorted = kept;
-    sorted.sort_by(|a, b| b.score.abs().total_cmp(&a.score.abs()));
     s += "  kept edges (score: a share of the gap):\n";
-    for e in sorted {
-        let input = e.edge.to.input();
-        let to = if input.is_empty() {
-            e.edge.to.name()
-        } else {
-            format!("{} {input}", e.edge.to.name())
-        };
+    for e in found.kept_by_score() {
         s += &format!(
             "    {:>8} -> {:<10} {:+.4}\n",
             e.edge.from.name(),
-            to,
+            e.edge.to.label(),
             e.score
         );
     }

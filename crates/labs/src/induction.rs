@@ -438,20 +438,7 @@ fn discovery_text(found: &[Discovery], c: &Circuit) -> String {
                 e.edge.from == Sender::Head(p.0, p.1)
                     && e.edge.to == Receiver::Head(i.0, i.1, HeadInput::K)
             });
-            let mut kept_edges: Vec<_> = d.edges.iter().filter(|e| e.kept).collect();
-            kept_edges.sort_by(|a, b| b.score.abs().total_cmp(&a.score.abs()));
-            let listed: Vec<String> = kept_edges
-                .iter()
-                .map(|e| {
-                    let input = e.edge.to.input();
-                    let to = e.edge.to.name();
-                    if input.is_empty() {
-                        format!("{} -> {to}", e.edge.from.name())
-                    } else {
-                        format!("{} -> {to} {input}", e.edge.from.name())
-                    }
-                })
-                .collect();
+            let listed: Vec<String> = d.kept_by_score().iter().map(|e| e.edge.label()).collect();
             let head = format!("{head} [{}]", listed.join(", "));
             match (edge, d.method) {
                 (Some(e), _) if e.kept => {

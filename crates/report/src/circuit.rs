@@ -81,15 +81,13 @@ pub fn circuit_svg(found: &Discovery, n_layers: usize, n_heads: usize, mlp: bool
         let _ = writeln!(
             s,
             "<path d=\"M {x1:.1} {y1:.1} C {x1:.1} {:.1}, {x2:.1} {:.1}, {x2:.1} {y2:.1}\" \
-             fill=\"none\" stroke=\"{}\" stroke-opacity=\"0.8\" stroke-width=\"{:.2}\"><title>{} \
-             -> {} {}: {:+.4}</title></path>",
+             fill=\"none\" stroke=\"{}\" stroke-opacity=\"0.8\" stroke-width=\"{:.2}\"><title>{}: \
+             {:+.4}</title></path>",
             y1 + bend,
             y2 - bend,
             colour(input),
             1.0 + 5.0 * e.score.abs() / largest,
-            e.edge.from.name(),
-            e.edge.to.name(),
-            e.edge.to.input(),
+            e.edge.label(),
             e.score
         );
     }
