@@ -1061,11 +1061,7 @@ fn summary_table(out: &Path) -> Vec<String> {
 #[test]
 fn lens_reads_every_stage_and_refuses_what_it_cannot_read() {
     let dir = tempfile::tempdir().unwrap();
-    let export = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports/char");
-    ok(&headlab(
-        &["import", "hf", export.to_str().unwrap(), "--out", "imp"],
-        dir.path(),
-    ));
+    import_char_export(dir.path());
     let text = "the spy sees the spy.";
     let table = ok(&headlab(&["lens", "imp", "--text", text], dir.path()));
     let stages: Vec<&str> = table
@@ -1128,6 +1124,28 @@ fn lens_reads_every_stage_and_refuses_what_it_cannot_read() {
     assert!(!dir.path().join("post/lens").exists());
 }
 
+/// Imports the committed char export (tests/fixtures/exports/char) as the run `imp` in `dir`.
+fn import_char_export(dir: &Path) {
+    let export = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports/char");
+    ok(&headlab(
+        &["import", "hf", export.to_str().unwrap(), "--out", "imp"],
+        dir,
+    ));
+}
+
+/// The clean and corrupted prompts the patching tests ask of the char export, and the
+/// answers they set against each other.
+const SPY_PAIR: [&str; 8] = [
+    "--clean",
+    "the spy sees the sp",
+    "--corrupted",
+    "the dog sees the sp",
+    "--answer",
+    "y",
+    "--versus",
+    "e",
+];
+
 /// `headlab patch` on an exported model imported back: every site's sweep in patch.csv with
 /// the normalisation TransformerLens uses (the clean run's own activations restore all of
 /// it), a picture per site; prompts of different lengths and a two-token answer are refused
@@ -1135,11 +1153,7 @@ fn lens_reads_every_stage_and_refuses_what_it_cannot_read() {
 #[test]
 fn patch_sweeps_every_site_and_refuses_prompts_that_do_not_line_up() {
     let dir = tempfile::tempdir().unwrap();
-    let export = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports/char");
-    ok(&headlab(
-        &["import", "hf", export.to_str().unwrap(), "--out", "imp"],
-        dir.path(),
-    ));
+    import_char_export(dir.path());
     let (clean, corrupted) = ("the spy sees the sp", "the dog sees the sp");
     let args = [
         "patch",
@@ -1257,26 +1271,11 @@ fn patch_sweeps_every_site_and_refuses_prompts_that_do_not_line_up() {
 #[test]
 fn attribution_patching_estimates_every_patch_and_says_how_well() {
     let dir = tempfile::tempdir().unwrap();
-    let export = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports/char");
-    ok(&headlab(
-        &["import", "hf", export.to_str().unwrap(), "--out", "imp"],
-        dir.path(),
-    ));
+    import_char_export(dir.path());
     let patch = |extra: &[&str], out: &str| {
-        let mut args = vec![
-            "patch",
-            "imp",
-            "--clean",
-            "the spy sees the sp",
-            "--corrupted",
-            "the dog sees the sp",
-            "--answer",
-            "y",
-            "--versus",
-            "e",
-            "--out",
-            out,
-        ];
+        let mut args = vec!["patch", "imp"];
+        args.extend_from_slice(&SPY_PAIR);
+        args.extend_from_slice(&["--out", out]);
         args.extend_from_slice(extra);
         headlab(&args, dir.path())
     };
@@ -1343,26 +1342,11 @@ fn attribution_patching_estimates_every_patch_and_says_how_well() {
 #[test]
 fn circuit_discovery_keeps_edges_by_its_rule_and_refuses_bad_input() {
     let dir = tempfile::tempdir().unwrap();
-    let export = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/exports/char");
-    ok(&headlab(
-        &["import", "hf", export.to_str().unwrap(), "--out", "imp"],
-        dir.path(),
-    ));
+    import_char_export(dir.path());
     let circuit = |extra: &[&str], out: &str| {
-        let mut args = vec![
-            "circuit",
-            "imp",
-            "--clean",
-            "the spy sees the sp",
-            "--corrupted",
-            "the dog sees the sp",
-            "--answer",
-            "y",
-            "--versus",
-            "e",
-            "--out",
-            out,
-        ];
+        let mut args = vec!["circuit", "imp"];
+        args.extend_from_slice(&SPY_PAIR);
+        args.extend_from_slice(&["--out", out]);
         args.extend_from_slice(extra);
         headlab(&args, dir.path())
     };
