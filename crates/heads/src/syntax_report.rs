@@ -384,6 +384,19 @@ fn spread(values: impl Iterator<Item = f64>, show: impl Fn(f64) -> String) -> Op
     Some(format!("{}-{}, mean {}", show(lo), show(hi), show(mean)))
 }
 
+/// `lo-hi` of the finite `values`, each through `show`, or the one value where both show
+/// alike; `None` when there are none.
+pub fn range_text(values: &[f64], show: impl Fn(f64) -> String) -> Option<String> {
+    let v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    match v.len() {
+        0 => None,
+        _ if show(lo) == show(hi) => Some(show(lo)),
+        _ => Some(format!("{}-{}", show(lo), show(hi))),
+    }
+}
+
 /// What a set of as many heads as were tracked is called.
 fn sets_name(k: usize) -> &'static str {
     match k {
@@ -751,18 +764,8 @@ pub fn syntactic_line(report: &SyntaxReport) -> Option<String> {
             .map_or("-".to_string(), headlab_train::grammar::percent)
     };
     let range = |f: &dyn Fn(&AblationRow) -> Option<f64>, show: &dyn Fn(f64) -> String| {
-        let v: Vec<f64> = others
-            .iter()
-            .filter_map(|r| f(r))
-            .filter(|x| x.is_finite())
-            .collect();
-        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        match v.len() {
-            0 => "-".to_string(),
-            _ if show(lo) == show(hi) => show(lo),
-            _ => format!("{}-{}", show(lo), show(hi)),
-        }
+        let v: Vec<f64> = others.iter().filter_map(|r| f(r)).collect();
+        range_text(&v, show).unwrap_or_else(|| "-".to_string())
     };
     let name = head_name((head.layer, head.head));
     let mut line = format!(

@@ -583,17 +583,8 @@ pub fn summary(lab: &SyntaxLab, reproduce: &str) -> String {
             .filter(|x| x.kind == AblationKind::SameLayer)
             .map(|x| x.result.accuracy)
             .collect();
-        let others = if others.is_empty() {
-            "none".to_string()
-        } else {
-            let lo = others.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = others.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            if format!("{lo:.2}") == format!("{hi:.2}") {
-                format!("{lo:.2}")
-            } else {
-                format!("{lo:.2}-{hi:.2}")
-            }
-        };
+        let others = syntax_report::range_text(&others, |x| format!("{x:.2}"))
+            .unwrap_or_else(|| "none".to_string());
         let _ = writeln!(
             s,
             "| {} | {} | {:.4} | {}.{} ({}) | {:.2} vs {:.2} ({} back) | {} | {zeroed} | {others} |",
