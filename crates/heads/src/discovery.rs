@@ -242,17 +242,7 @@ pub fn run_graph(
 ) -> (Tensor<3>, Writes) {
     let c = &model.config;
     let (n_heads, d, d_k, t) = (c.n_heads, c.d_model, c.d_k(), tokens.len());
-    let embedding = model
-        .forward_with(
-            batch(tokens, device),
-            headlab_model::ForwardOptions {
-                return_sublayers: true,
-                ..Default::default()
-            },
-        )
-        .sublayers
-        .swap_remove(0)
-        .1;
+    let embedding = model.embedding(batch(tokens, device));
     let mut writes: Vec<Tensor<3>> = vec![embedding.clone()];
     // The sum of every write so far and the attention biases: what a receiver with no
     // corrupted edge reads.

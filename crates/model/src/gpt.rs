@@ -165,6 +165,15 @@ impl Gpt {
         }
     }
 
+    /// What the first block reads: token and position embeddings of `tokens` from position 0
+    /// (the `embedding` of [`ForwardOptions::return_sublayers`], without the blocks).
+    ///
+    /// # Shapes
+    /// `tokens [b, t] -> [b, t, d_model]`
+    pub fn embedding(&self, tokens: Tensor<2, Int>) -> Tensor<3> {
+        self.embed(tokens, 0, None)
+    }
+
     /// Token and position embeddings for positions `offset..offset + t`; `previous` is the
     /// token before the first (a decoding cache's last), for the bigram table.
     ///
