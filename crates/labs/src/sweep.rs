@@ -10,7 +10,7 @@
 //! the run folders are the same whichever launcher ran them.
 
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use headlab_heads::syntax_report::{measure, syntax_json};
 use headlab_report::plot::{Series, line_chart};
@@ -582,9 +582,4 @@ pub fn run_local(dir: &Path, spec: &SweepSpec, runs: Runs<'_>) -> Result<String,
     }
     let rows = collect(dir, spec)?;
     write_results(dir, spec, &rows)
-}
-
-/// The run folders of a sweep in `dir`.
-pub fn run_dirs(dir: &Path, spec: &SweepSpec) -> Vec<PathBuf> {
-    spec.points().iter().map(|p| dir.join(&p.name)).collect()
 }

@@ -29,7 +29,7 @@ pub fn write_pruning(dir: &Path, curves: &[PruneCurve]) -> Result<String, Report
         "val loss as heads are removed, by order of removal",
         "heads removed",
         "val loss",
-        &pruning_series(curves, "", &|s| Some(s.val_loss)),
+        &pruning_series(curves, &|s| Some(s.val_loss)),
     )?;
     if curves.iter().any(|c| c.steps[0].agreement.is_some()) {
         line_chart(
@@ -37,23 +37,19 @@ pub fn write_pruning(dir: &Path, curves: &[PruneCurve]) -> Result<String, Report
             "forced-choice agreement as heads are removed (0.5 is chance)",
             "heads removed",
             "agreement",
-            &pruning_series(curves, "", &|s| s.agreement),
+            &pruning_series(curves, &|s| s.agreement),
         )?;
     }
     Ok(text)
 }
 
-/// One series per curve of `value` against heads removed, labelled `prefix` and the order's
-/// name; the random orders faint, as baselines.
-pub fn pruning_series(
-    curves: &[PruneCurve],
-    prefix: &str,
-    value: &dyn Fn(&PruneStep) -> Option<f64>,
-) -> Vec<Series> {
+/// One series per curve of `value` against heads removed, labelled by its order; the random
+/// orders faint, as baselines.
+fn pruning_series(curves: &[PruneCurve], value: &dyn Fn(&PruneStep) -> Option<f64>) -> Vec<Series> {
     curves
         .iter()
         .map(|c| Series {
-            label: format!("{prefix}{}", c.order.name()),
+            label: c.order.name(),
             points: c
                 .steps
                 .iter()
