@@ -5,7 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
+use burn::module::{Module, ModuleMapper, Param, ParamId};
 use burn::store::{ApplyError, ApplyResult, BurnpackStore, ModuleSnapshot, SafetensorsStore};
+use burn::tensor::{Bool, Int, Tensor};
 use thiserror::Error;
 
 use crate::gpt::Gpt;
@@ -88,6 +90,54 @@ pub enum WeightsError {
     },
 }
 
+/// Gives every parameter the id of its path in the model (`blocks.0.attn.c_attn.weight`),
+/// FNV-1a hashed: the same model gets the same ids in every process.
+#[derive(Default)]
+struct NamedIds {
+    path: Vec<String>,
+}
+
+impl NamedIds {
+    fn id(&self) -> ParamId {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in self.path.join(".").bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+        ParamId::from(h)
+    }
+}
+
+impl ModuleMapper for NamedIds {
+    fn enter_module(&mut self, name: &str, _: &str) {
+        self.path.push(name.to_string());
+    }
+
+    fn exit_module(&mut self, _: &str, _: &str) {
+        self.path.pop();
+    }
+
+    fn map_float<const D: usize>(&mut self, mut param: Param<Tensor<D>>) -> Param<Tensor<D>> {
+        param.id = self.id();
+        param
+    }
+
+    fn map_int<const D: usize>(
+        &mut self,
+        mut param: Param<Tensor<D, Int>>,
+    ) -> Param<Tensor<D, Int>> {
+        param.id = self.id();
+        param
+    }
+
+    fn map_bool<const D: usize>(
+        &mut self,
+        mut param: Param<Tensor<D, Bool>>,
+    ) -> Param<Tensor<D, Bool>> {
+        param.id = self.id();
+        param
+    }
+}
+
 impl Gpt {
     /// Writes the weights to `path` (format from the extension), replacing any file there.
     pub fn save_weights(&self, path: &Path) -> Result<(), WeightsError> {
@@ -95,8 +145,11 @@ impl Gpt {
             path: path.to_path_buf(),
             message,
         };
+        // Burnpack keeps each parameter's id, which Burn draws at random: ids from the
+        // parameters' names make one model's file the same bytes wherever it is saved.
+        let named = self.clone().map(&mut NamedIds::default());
         match WeightsFormat::of(path) {
-            WeightsFormat::Burnpack => self
+            WeightsFormat::Burnpack => named
                 .save_into(&mut BurnpackStore::from_file(path).overwrite(true))
                 .map_err(|e| write_err(e.to_string())),
             WeightsFormat::Safetensors => self

@@ -516,6 +516,45 @@ fn weights_round_trip_exactly_in_both_formats() {
     assert!(err.contains("cut.safetensors"), "{err}");
 }
 
+/// Burnpack keeps parameter ids, which Burn draws at random: the same weights saved from two
+/// models (ids drawn apart, weights copied through safetensors, which keeps none) are the same
+/// bytes, and every parameter's saved id is its own, since gradients are keyed by it.
+#[test]
+fn the_same_weights_save_to_the_same_burnpack_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let device = &cpu_devices()[0].1;
+    let config = small(Positional::Learned).with_tie_embeddings(false);
+    let model = scaled(Gpt::new(&config, device).unwrap());
+    let (a, b, st) = (
+        dir.path().join("a.bpk"),
+        dir.path().join("b.bpk"),
+        dir.path().join("w.safetensors"),
+    );
+    model.save_weights(&a).unwrap();
+    model.save_weights(&st).unwrap();
+    let copy = Gpt::new(&config, device)
+        .unwrap()
+        .load_weights(&st)
+        .unwrap();
+    copy.save_weights(&b).unwrap();
+    assert!(std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap());
+
+    struct Ids(Vec<u64>);
+    impl burn::module::ModuleVisitor for Ids {
+        fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+            self.0.push(param.id.val());
+        }
+    }
+    let loaded = Gpt::new(&config, device).unwrap().load_weights(&a).unwrap();
+    let mut ids = Ids(Vec::new());
+    loaded.visit(&mut ids);
+    let n = ids.0.len();
+    ids.0.sort_unstable();
+    ids.0.dedup();
+    assert_eq!(ids.0.len(), n, "two parameters share an id");
+    assert!(n > 10);
+}
+
 #[test]
 fn cross_entropy_matches_f64_and_skips_ignored_targets() {
     let device = &cpu_devices()[0].1;
