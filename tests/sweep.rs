@@ -245,6 +245,31 @@ fn the_slurm_launcher_writes_one_array_task_per_run() {
         status.contains("h1-s1") && status.contains("h2-s1"),
         "{status}"
     );
+    // lab symmetry's tasks are its starts.
+    ok(&headlab(
+        &[
+            "lab",
+            "symmetry",
+            "--out",
+            "sym",
+            "--launcher",
+            "slurm",
+            "--dry-run",
+        ],
+        dir.path(),
+    ));
+    let script = std::fs::read_to_string(dir.path().join("sym/sweep.sbatch")).unwrap();
+    assert!(script.contains("#SBATCH --array=0-5\n"), "{script}");
+    let status = ok(&headlab(&["sweep", "sym", "--status"], dir.path()));
+    for run in [
+        "identical-flex",
+        "identical-ndarray",
+        "identical-1e-6-flex",
+        "identical-1e-2-flex",
+        "random-flex",
+    ] {
+        assert!(status.contains(&format!(" {run} ")), "{status}");
+    }
     let one = headlab(
         &[
             "lab",
@@ -263,8 +288,9 @@ fn the_slurm_launcher_writes_one_array_task_per_run() {
 
 /// On a real Slurm (`.ci/run` starts a one-node cluster): the 4-run sweep submitted as an
 /// array finishes, and its results and run folders equal the local launcher's, digit for
-/// digit, apart from timings; and lab syntax's runs trained there, measured by the lab with
-/// --resume, give the summary of the lab run here. Skipped where no Slurm answers, unless
+/// digit (checkpoints byte for byte), apart from timings; and lab syntax's and lab
+/// symmetry's runs trained there, measured by the lab with --resume, give the summary and the
+/// table of the lab run here. Skipped where no Slurm answers, unless
 /// `HEADLAB_REQUIRE_SLURM=1`.
 #[test]
 fn a_sweep_on_slurm_equals_the_local_one() {
@@ -321,6 +347,14 @@ fn a_sweep_on_slurm_equals_the_local_one() {
             losses(&read(&format!("slurm/{name}/metrics.csv"))),
             losses(&read(&format!("local/{name}/metrics.csv")))
         );
+        // The checkpoints too, byte for byte.
+        for file in ["best/model.bpk", "last/model.bpk", "last/optim.safetensors"] {
+            let bytes = |side: &str| std::fs::read(dir.path().join(side).join(name).join(file));
+            assert!(
+                bytes("slurm").unwrap() == bytes("local").unwrap(),
+                "{name}/{file}"
+            );
+        }
     }
 
     // A lab's runs on Slurm, then the lab with --resume: the summary of the lab run here.
@@ -377,6 +411,45 @@ fn a_sweep_on_slurm_equals_the_local_one() {
             .collect()
     };
     assert_eq!(summary("lab-slurm"), summary("lab-local"));
+
+    // lab symmetry's runs differ in how they start: each array task trains its start, and
+    // the lab measures them to the table of the lab run here.
+    let symmetry = |out: &'static str, extra: &[&'static str]| {
+        let mut args = vec![
+            "lab",
+            "symmetry",
+            "--set",
+            "train.max_iters=100",
+            "--set",
+            "train.track_heads_every=25",
+            "--out",
+            out,
+        ];
+        args.extend_from_slice(extra);
+        args
+    };
+    ok(&headlab(&symmetry("sym-local", &[]), dir.path()));
+    ok(&headlab(
+        &symmetry(
+            "sym-slurm",
+            &["--launcher", "slurm", "--cpus-per-task", "1"],
+        ),
+        dir.path(),
+    ));
+    let started = Instant::now();
+    while !ok(&headlab(&["sweep", "sym-slurm", "--status"], dir.path())).ends_with("6 of 6 done\n")
+    {
+        assert!(started.elapsed() < Duration::from_secs(600));
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let measured = headlab(&symmetry("sym-slurm", &["--resume"]), dir.path());
+    ok(&measured);
+    let log = String::from_utf8_lossy(&measured.stderr);
+    assert_eq!(log.matches("finished before: kept").count(), 6, "{log}");
+    assert_eq!(
+        read("sym-slurm/symmetry.csv"),
+        read("sym-local/symmetry.csv")
+    );
 }
 
 /// A config file's `[sweep]` table gives the axes (its grid, in key order) and the launcher's

@@ -29,7 +29,7 @@ use headlab_train::stop;
 
 use crate::common::{observers, whole_number};
 use crate::slurm::{Launcher, SlurmArgs, submit, which};
-use headlab_labs::sweep::{SweepSpec, parse_axis};
+use headlab_labs::sweep::{LAB_RUN, SweepSpec, parse_axis};
 
 /// `headlab lab <name>`: each experiment is a subcommand, so `headlab lab NAME --help` says
 /// what that one trains, how long it takes and what it writes.
@@ -235,7 +235,7 @@ pub struct Common {
     /// Backend of the lab's runs: flex, flex-burn, ndarray or wgpu (overrides train.backend).
     #[arg(long, short)]
     pub backend: Option<String>,
-    /// Where the lab's runs train: here, or (lab heads and lab syntax) as one Slurm job
+    /// Where the lab's runs train: here, or (lab heads, syntax and symmetry) as one Slurm job
     /// array, one task per run; once they are done, the same command with --resume measures
     /// them and writes the summary.
     #[arg(long, value_enum, default_value = "local")]
@@ -348,49 +348,67 @@ pub fn run(args: LabArgs) -> Result<()> {
         && common.launcher == Launcher::Slurm
         && !resume
     {
-        let (config, toml_name, grid) = match &args.name {
-            LabName::Heads { seeds, heads, .. } => (
+        let list = |v: Vec<String>| v.join(",");
+        let grid = |config: &str, toml_name: &str, heads: Vec<usize>, seeds: Vec<u64>| {
+            let base = headlab_labs::lab_config(config, toml_name, &sets)?;
+            anyhow::Ok(SweepSpec {
+                base_name: format!("lab {name} ({toml_name})"),
+                base: base.to_toml_string()?,
+                sets: Vec::new(),
+                axes: vec![
+                    parse_axis(&format!(
+                        "model.n_heads={}",
+                        list(heads.iter().map(|h| h.to_string()).collect())
+                    ))?,
+                    parse_axis(&format!(
+                        "train.seed={}",
+                        list(seeds.iter().map(|s| s.to_string()).collect())
+                    ))?,
+                ],
+                names: Some("h{model.n_heads}-s{train.seed}".into()),
+                lab: None,
+            })
+        };
+        let spec = match &args.name {
+            LabName::Heads { seeds, heads, .. } => grid(
                 head_count::CONFIG,
                 "configs/lab-heads.toml",
-                (
-                    heads
-                        .clone()
-                        .unwrap_or_else(|| head_count::HEAD_COUNTS.to_vec()),
-                    seeds.clone().unwrap_or_else(|| head_count::SEEDS.to_vec()),
-                ),
-            ),
-            LabName::Syntax { seeds, heads, .. } => (
+                heads
+                    .clone()
+                    .unwrap_or_else(|| head_count::HEAD_COUNTS.to_vec()),
+                seeds.clone().unwrap_or_else(|| head_count::SEEDS.to_vec()),
+            )?,
+            LabName::Syntax { seeds, heads, .. } => grid(
                 syntax::CONFIG,
                 "configs/lab-syntax.toml",
-                (
-                    heads
-                        .clone()
-                        .unwrap_or_else(|| syntax::HEAD_COUNTS.to_vec()),
-                    seeds.clone().unwrap_or_else(|| syntax::SEEDS.to_vec()),
-                ),
-            ),
+                heads
+                    .clone()
+                    .unwrap_or_else(|| syntax::HEAD_COUNTS.to_vec()),
+                seeds.clone().unwrap_or_else(|| syntax::SEEDS.to_vec()),
+            )?,
+            // Its runs differ in how they start, not in their config: the array's tasks
+            // name them, and each trains its start as the lab would.
+            LabName::Symmetry { .. } => {
+                let toml_name = "configs/lab-symmetry.toml";
+                let base = headlab_labs::lab_config(symmetry::CONFIG, toml_name, &sets)?;
+                let runs: Vec<String> = symmetry::starts()
+                    .into_iter()
+                    .map(|(start, backend)| symmetry::run_name(start, &backend))
+                    .collect();
+                SweepSpec {
+                    base_name: format!("lab {name} ({toml_name})"),
+                    base: base.to_toml_string()?,
+                    sets: Vec::new(),
+                    axes: vec![parse_axis(&format!("{LAB_RUN}={}", list(runs)))?],
+                    names: Some(format!("{{{LAB_RUN}}}")),
+                    lab: Some(name.to_string()),
+                }
+            }
             _ => bail!(
-                "--launcher slurm trains the runs of lab heads and lab syntax as a job array; \
-                 lab {name} trains one run, or runs that depend on each other: run it here"
+                "--launcher slurm trains the runs of lab heads, lab syntax and lab symmetry as \
+                 a job array; lab {name} trains one run, or runs that depend on each other: \
+                 run it here"
             ),
-        };
-        let base = headlab_labs::lab_config(config, toml_name, &sets)?;
-        let list = |v: Vec<String>| v.join(",");
-        let spec = SweepSpec {
-            base_name: format!("lab {name} ({toml_name})"),
-            base: base.to_toml_string()?,
-            sets: Vec::new(),
-            axes: vec![
-                parse_axis(&format!(
-                    "model.n_heads={}",
-                    list(grid.0.iter().map(|h| h.to_string()).collect())
-                ))?,
-                parse_axis(&format!(
-                    "train.seed={}",
-                    list(grid.1.iter().map(|s| s.to_string()).collect())
-                ))?,
-            ],
-            names: Some("h{model.n_heads}-s{train.seed}".into()),
         };
         spec.check()?;
         if !common.slurm.dry_run && which("sbatch").is_none() {

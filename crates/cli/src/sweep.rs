@@ -141,6 +141,7 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
         sets: args.set.clone(),
         axes,
         names: None,
+        lab: None,
     };
     let launcher = args.launcher.unwrap_or(Launcher::Local);
     let jobs = args.jobs.unwrap_or(1);

@@ -50,7 +50,15 @@ pub struct SweepSpec {
     /// `h{model.n_heads}-s{train.seed}`); without it, `KEY-VALUE` per axis joined by `__`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub names: Option<String>,
+    /// The lab whose runs these are, where a run is more than its config (lab symmetry's
+    /// starts): the one axis, [`LAB_RUN`], names a run of the lab, trained as the lab trains
+    /// it, and `headlab lab NAME --resume` measures them all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lab: Option<String>,
 }
+
+/// The axis of a lab's sweep ([`SweepSpec::lab`]): which of the lab's runs a point is.
+pub const LAB_RUN: &str = "run";
 
 /// One run of the sweep.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -219,9 +227,16 @@ impl SweepSpec {
     pub fn config(&self, point: &Point) -> Result<RunConfig, LabError> {
         let mut config = RunConfig::from_toml_str(&self.base, &self.base_name)?;
         config.apply_sets(&self.sets)?;
+        // A lab's point names one of its runs, which sets what it needs itself.
+        let sets: Vec<String> = point
+            .sets
+            .iter()
+            .filter(|s| self.lab.is_none() || !s.starts_with(&format!("{LAB_RUN}=")))
+            .cloned()
+            .collect();
         // The point's settings came from --grid (or the [sweep] table): say so.
         config
-            .apply_sets(&point.sets)
+            .apply_sets(&sets)
             .map_err(|e| LabError::Grid(e.to_string().replacen("--set ", "--grid ", 1)))?;
         config.validate().map_err(ConfigError::from)?;
         Ok(config)
@@ -309,6 +324,23 @@ pub fn run_point(
         points.len(),
         point.sets.join(" ")
     );
+    let done = |index: usize| {
+        let json = serde_json::json!({ "point": index, "sets": point.sets });
+        write(&run_dir.join(POINT_FILE), &(json.to_string() + "\n"))
+    };
+    match spec.lab.as_deref() {
+        None => {}
+        Some("symmetry") => {
+            crate::symmetry::train_named(&config, dir, &point.name, runs)?;
+            return done(index);
+        }
+        Some(other) => {
+            return Err(LabError::NotASweep {
+                path: dir.join(SWEEP_FILE),
+                why: format!("lab {other} does not train its runs as a sweep"),
+            });
+        }
+    }
     train_run(config, run_dir.clone(), runs)?;
     let (trained, device, data) = open(&run_dir)?;
     let heads = run_dir.join("heads");
@@ -329,8 +361,7 @@ pub fn run_point(
         write(&heads.join("syntax.json"), &(json + "\n"))?;
     }
     report_run(&run_dir)?;
-    let done = serde_json::json!({ "point": index, "sets": point.sets });
-    write(&run_dir.join(POINT_FILE), &(done.to_string() + "\n"))
+    done(index)
 }
 
 /// `results.csv`'s header, after `name` and one column per axis (its key): `train_loss` and

@@ -24,7 +24,9 @@ use headlab_train::trainer::{InitHook, Observer, ObserverError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::{LabError, Runs, between_runs, lab_config, train_run_with, write, write_summary};
+use crate::{
+    LabError, RunDone, Runs, between_runs, lab_config, train_run_with, write, write_summary,
+};
 
 /// The shipped config: a small attention-only model on the grammar corpus, 800 steps of batch
 /// 32, tracked every 25.
@@ -284,78 +286,130 @@ fn separated_at(history: &HeadHistory) -> Option<usize> {
     })
 }
 
-/// Trains every start into `dir/<start>-<backend>` and measures it.
-pub fn symmetry(config: RunConfig, dir: &Path, runs: Runs<'_>) -> Result<SymmetryLab, LabError> {
-    // The second CPU implementation: ndarray where this build has it (a cargo feature), else
-    // flex on Burn's own ops, which shares no kernel with headlab's.
+/// The lab's runs in order: every start and the backend it trains on. The identical start
+/// trains on flex and on a second CPU implementation: ndarray where this build has it (a
+/// cargo feature), else flex on Burn's own ops, which shares no kernel with headlab's.
+pub fn starts() -> Vec<(Start, String)> {
     let second = if BackendKind::Ndarray.built() {
         BackendKind::Ndarray
     } else {
         BackendKind::FlexBurn
     }
     .to_string();
-    let mut starts: Vec<(Start, &str)> =
-        vec![(Start::Identical, "flex"), (Start::Identical, &second)];
-    starts.extend(EPSILONS.iter().map(|&e| (Start::Perturbed(e), "flex")));
-    starts.push((Start::Random, "flex"));
-    let (mut measured, mut seconds) = (Vec::new(), 0.0);
-    for (k, (start, backend)) in starts.into_iter().enumerate() {
+    let mut starts = vec![
+        (Start::Identical, "flex".to_string()),
+        (Start::Identical, second),
+    ];
+    starts.extend(
+        EPSILONS
+            .iter()
+            .map(|&e| (Start::Perturbed(e), "flex".into())),
+    );
+    starts.push((Start::Random, "flex".into()));
+    starts
+}
+
+/// The folder name of a run: `identical-flex`, `identical-1e-6-flex`, `random-flex`.
+pub fn run_name(start: Start, backend: &str) -> String {
+    format!(
+        "{}-{backend}",
+        start.name().replace(' ', "").replace('+', "-")
+    )
+}
+
+/// Trains the run named `name` ([`run_name`] of one of [`starts`]) into `dir/<name>`, with
+/// its start and its checks, as the lab does; a Slurm array task trains one this way, and
+/// `lab symmetry --resume` then measures them all.
+pub fn train_named(
+    config: &RunConfig,
+    dir: &Path,
+    name: &str,
+    runs: Runs<'_>,
+) -> Result<(), LabError> {
+    let (start, backend) = starts()
+        .into_iter()
+        .find(|(s, b)| run_name(*s, b) == name)
+        .ok_or_else(|| LabError::Setting {
+            flag: "--point",
+            value: name.to_string(),
+            why: "is not a run of lab symmetry",
+        })?;
+    train_start(config, dir, start, &backend, runs)?;
+    between_runs(&dir.join(name), runs)
+}
+
+/// Trains one start on `backend` into `dir/<run_name>`, or with `--resume` reuses it where
+/// its checks were saved; returns the run and what its checker saw.
+fn train_start(
+    config: &RunConfig,
+    dir: &Path,
+    start: Start,
+    backend: &str,
+    runs: Runs<'_>,
+) -> Result<(RunDone, Seen), LabError> {
+    let mut cfg = config.clone();
+    cfg.train.backend = backend.to_string();
+    let seed = cfg.train.seed;
+    let init = match start {
+        Start::Identical => Some(0.0),
+        Start::Perturbed(eps) => Some(eps),
+        Start::Random => None,
+    }
+    .map(|eps| InitHook(Arc::new(move |m| make_identical(m, eps, seed))));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let every = cfg.train.track_heads_every.max(1);
+    let run_dir = dir.join(run_name(start, backend));
+    // A finished run is reused only with its checks; a stopped one trains again from step 0,
+    // for the checker to see every step in one process.
+    let kept = saved_seen(&run_dir).filter(|_| runs.resume);
+    if runs.resume && kept.is_none() && run_dir.exists() {
         headlab_train::log_line!(
-            "lab symmetry: run {}/6: {} on {backend}",
+            "{}: no checks saved ({SEEN_FILE}): training it again from the start, for the \
+             checks to see every step",
+            run_dir.display()
+        );
+    }
+    let checker = Checker {
+        every,
+        seen: seen.clone(),
+    };
+    let this_run = Runs {
+        resume: kept.is_some(),
+        ..runs
+    };
+    let done = train_run_with(
+        cfg,
+        run_dir.clone(),
+        this_run,
+        init,
+        vec![Box::new(checker)],
+    )?;
+    let seen = match kept {
+        Some(kept) if done.reused => kept,
+        _ => {
+            let seen = *seen.lock().expect("the checker is done");
+            let json = serde_json::to_string_pretty(&seen).expect("checks serialise") + "\n";
+            write(&run_dir.join(SEEN_FILE), &json)?;
+            seen
+        }
+    };
+    Ok((done, seen))
+}
+
+/// Trains every start into `dir/<start>-<backend>` and measures it.
+pub fn symmetry(config: RunConfig, dir: &Path, runs: Runs<'_>) -> Result<SymmetryLab, LabError> {
+    let starts = starts();
+    let (mut measured, mut seconds) = (Vec::new(), 0.0);
+    for (k, (start, backend)) in starts.iter().enumerate() {
+        headlab_train::log_line!(
+            "lab symmetry: run {}/{}: {} on {backend}",
             k + 1,
+            starts.len(),
             start.name()
         );
-        let mut cfg = config.clone();
-        cfg.train.backend = backend.to_string();
-        let seed = cfg.train.seed;
-        let init = match start {
-            Start::Identical => Some(0.0),
-            Start::Perturbed(eps) => Some(eps),
-            Start::Random => None,
-        }
-        .map(|eps| InitHook(Arc::new(move |m| make_identical(m, eps, seed))));
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let every = cfg.train.track_heads_every.max(1);
-        let name = format!(
-            "{}-{backend}",
-            start.name().replace(' ', "").replace('+', "-")
-        );
-        let run_dir = dir.join(&name);
-        // A finished run is reused only with its checks; a stopped one trains again from
-        // step 0, for the checker to see every step in one process.
-        let kept = saved_seen(&run_dir).filter(|_| runs.resume);
-        if runs.resume && kept.is_none() && run_dir.exists() {
-            headlab_train::log_line!(
-                "{}: no checks saved ({SEEN_FILE}): training it again from the start, for the \
-                 checks to see every step",
-                run_dir.display()
-            );
-        }
-        let checker = Checker {
-            every,
-            seen: seen.clone(),
-        };
-        let this_run = Runs {
-            resume: kept.is_some(),
-            ..runs
-        };
-        let done = train_run_with(
-            cfg,
-            run_dir.clone(),
-            this_run,
-            init,
-            vec![Box::new(checker)],
-        )?;
+        let (done, seen) = train_start(&config, dir, *start, backend, runs)?;
         seconds += done.seconds;
-        let seen = match kept {
-            Some(kept) if done.reused => kept,
-            _ => {
-                let seen = *seen.lock().expect("the checker is done");
-                let json = serde_json::to_string_pretty(&seen).expect("checks serialise") + "\n";
-                write(&run_dir.join(SEEN_FILE), &json)?;
-                seen
-            }
-        };
+        let run_dir = dir.join(run_name(*start, backend));
         between_runs(&run_dir, runs)?;
         let path = run_dir.join(HISTORY_FILE);
         let text = std::fs::read_to_string(&path).map_err(|source| LabError::File {
@@ -364,7 +418,7 @@ pub fn symmetry(config: RunConfig, dir: &Path, runs: Runs<'_>) -> Result<Symmetr
             source,
         })?;
         measured.push(SymmetryRun {
-            start,
+            start: *start,
             backend: backend.to_string(),
             checked: seen.checked,
             first_difference: seen.first_difference,
