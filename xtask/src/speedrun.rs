@@ -120,6 +120,30 @@ pub struct SpeedrunArgs {
     /// Train nothing: say whether headlab's and PyTorch's seeds in this record file differ.
     #[arg(long, value_name = "RECORD")]
     compare: Option<PathBuf>,
+    /// Where headlab's seeds train: here, one after another, or as a Slurm job array (one task
+    /// per seed, through `headlab sweep --launcher slurm` into --sweep), whose record
+    /// `--collect` writes once every task is done.
+    #[arg(long, value_enum, default_value = "local")]
+    launcher: Launcher,
+    /// The sweep folder of --launcher slurm (default runs/speedrun-<track>).
+    #[arg(long, value_name = "DIR")]
+    sweep: Option<PathBuf>,
+    /// Slurm options for the array, passed to `headlab sweep` as they are (e.g.
+    /// --slurm=--partition=debug --slurm=--time=00:10:00); each task gets --threads cores.
+    #[arg(long = "slurm", value_name = "FLAG", allow_hyphen_values = true)]
+    slurm: Vec<String>,
+    /// Write the record of the seeds a `--launcher slurm` sweep trained in DIR (all done).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["compare", "with_torch"])]
+    collect: Option<PathBuf>,
+}
+
+/// Where `cargo xtask speedrun` trains headlab's seeds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Launcher {
+    /// Here, one seed after another (PyTorch's after each with --with-torch).
+    Local,
+    /// As a Slurm job array, one task per seed; `--collect DIR` writes the record.
+    Slurm,
 }
 
 impl SpeedrunArgs {
@@ -235,10 +259,7 @@ fn read_json(path: &Path) -> Result<Value> {
 }
 
 fn headlab_seed(root: &Path, args: &SpeedrunArgs, seed: u64, dir: &Path) -> Result<Seed> {
-    let target = std::env::var("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| root.join("target"));
-    let mut cmd = Command::new(target.join("release/headlab"));
+    let mut cmd = Command::new(headlab_binary(root));
     cmd.current_dir(root)
         .env("RAYON_NUM_THREADS", args.threads.to_string())
         .args(["train", "--force", "--seed", &seed.to_string(), "--config"])
@@ -376,12 +397,137 @@ fn budget_line(track: Track, val: f64, flops: f64, train_s: f64) -> String {
     )
 }
 
+fn headlab_binary(root: &Path) -> PathBuf {
+    std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| root.join("target"))
+        .join("release/headlab")
+}
+
+/// `--launcher slurm`: headlab's seeds as one job array of `headlab sweep` into `dir` (the
+/// config, its `--set`s, an axis of seeds), each task on `--threads` cores.
+fn submit(root: &Path, args: &SpeedrunArgs, dir: &Path) -> Result<()> {
+    if args.with_torch {
+        bail!(
+            "--with-torch trains PyTorch's seeds interleaved with headlab's on one machine; \
+             --launcher slurm trains headlab's alone: leave out one of them"
+        );
+    }
+    run(cargo()
+        .current_dir(root)
+        .args(["build", "--release", "-p", "headlab"]))?;
+    let seeds = args.seeds.replace(' ', "");
+    let mut cmd = Command::new(headlab_binary(root));
+    cmd.current_dir(root)
+        .args(["sweep", "--config"])
+        .arg(args.config())
+        .args(["--grid", &format!("train.seed={seeds}"), "--out"])
+        .arg(dir)
+        .args(["--launcher", "slurm", "--cpus-per-task"])
+        .arg(args.threads.to_string())
+        .args(args.set_args())
+        .args(&args.slurm);
+    run(&mut cmd)?;
+    eprintln!(
+        "once every task is done, write the record with: cargo xtask speedrun --collect {}",
+        dir.display()
+    );
+    Ok(())
+}
+
+/// The seeds a speedrun sweep in `dir` trained (`--launcher slurm`), from its `sweep.json` and
+/// each run's `result.json`; with the config, the `--set`s and the cores each task had.
+struct Swept {
+    config: PathBuf,
+    set: Vec<String>,
+    threads: usize,
+    seeds: Vec<Seed>,
+}
+
+fn read_sweep(dir: &Path) -> Result<Swept> {
+    let spec = read_json(&dir.join("sweep.json"))?;
+    let not_ours = |why: &str| {
+        anyhow::anyhow!(
+            "{}: {why}: not a sweep of `cargo xtask speedrun --launcher slurm`",
+            dir.display()
+        )
+    };
+    let axes = spec["axes"].as_array().context("sweep.json has no axes")?;
+    let [axis] = axes.as_slice() else {
+        return Err(not_ours("it has more than one axis"));
+    };
+    if axis["key"] != "train.seed" {
+        return Err(not_ours("its axis is not train.seed"));
+    }
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|x| x.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut seeds = Vec::new();
+    let mut missing = Vec::new();
+    for value in strings(&axis["values"]) {
+        let seed: u64 = value
+            .parse()
+            .map_err(|_| not_ours(&format!("seed {value:?} is not a number")))?;
+        let run = dir.join(format!("train.seed-{value}"));
+        if !run.join("sweep-point.json").is_file() {
+            missing.push(value);
+            continue;
+        }
+        let path = run.join("result.json");
+        let s = Seed::from_json(seed, &read_json(&path)?, &path.display().to_string())?;
+        seeds.push(s);
+    }
+    if !missing.is_empty() {
+        bail!(
+            "{}: seeds {} are not done yet; follow them with: headlab sweep {} --status",
+            dir.display(),
+            missing.join(", "),
+            dir.display()
+        );
+    }
+    // The cores each task had: the array script's --cpus-per-task.
+    let script = std::fs::read_to_string(dir.join("sweep.sbatch")).unwrap_or_default();
+    let threads = script
+        .lines()
+        .find_map(|l| l.strip_prefix("#SBATCH --cpus-per-task="))
+        .and_then(|n| n.trim().parse().ok())
+        .with_context(|| format!("{}: no sweep.sbatch with --cpus-per-task", dir.display()))?;
+    Ok(Swept {
+        config: spec["base_name"]
+            .as_str()
+            .context("sweep.json has no base_name")?
+            .into(),
+        set: strings(&spec["sets"]),
+        threads,
+        seeds,
+    })
+}
+
 /// Trains every seed (and PyTorch's side), prints the row, writes the record.
-pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
+pub fn speedrun(mut args: SpeedrunArgs) -> Result<()> {
     if let Some(record) = &args.compare {
         return compare_record(record);
     }
     let root = root();
+    if let Some(dir) = args.collect.clone() {
+        let swept = read_sweep(&dir)?;
+        args.config = Some(swept.config);
+        args.set = swept.set;
+        args.threads = swept.threads;
+        args.seeds = swept
+            .seeds
+            .iter()
+            .map(|s| s.seed.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        return record(&root, &args, swept.seeds, Vec::new(), Vec::new());
+    }
     let seeds: Vec<u64> = args
         .seeds
         .split(',')
@@ -391,6 +537,13 @@ pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
                 .with_context(|| format!("--seeds: {s:?} is not a seed"))
         })
         .collect::<Result<_>>()?;
+    if args.launcher == Launcher::Slurm {
+        let dir = args
+            .sweep
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(format!("runs/speedrun-{}", args.track().id())));
+        return submit(&root, &args, &dir);
+    }
     let python = args.with_torch.then(torch_venv).transpose()?;
     let scratch = std::env::temp_dir().join(format!("headlab-speedrun-{}", std::process::id()));
     std::fs::create_dir_all(&scratch)?;
@@ -420,6 +573,20 @@ pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
             torch_json.push(json);
         }
     }
+    record(&root, &args, ours, theirs, torch_json)?;
+    std::fs::remove_dir_all(&scratch).ok();
+    Ok(())
+}
+
+/// Prints the row of headlab's seeds (and PyTorch's), and writes the record file.
+fn record(
+    root: &Path,
+    args: &SpeedrunArgs,
+    ours: Vec<Seed>,
+    theirs: Vec<Seed>,
+    torch_json: Vec<Value>,
+) -> Result<()> {
+    let root = root.to_path_buf();
     let label = args.label.clone().unwrap_or_else(|| {
         if args.set.is_empty() {
             args.track().name().into()
@@ -491,7 +658,7 @@ pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
         .map(|s| json!({"seed": s.seed, "val_loss": s.val, "val_full_loss": s.val_full, "train_s": s.train_s, "compute_flops": s.flops}))
         .collect();
     let record = json!({
-        "date": date, "cpu": cpu, "threads": args.threads, "commit": commit,
+        "date": date, "cpu": cpu, "slurm_sweep": args.collect, "threads": args.threads, "commit": commit,
         "burn": locked_version(&root, "burn"), "config": args.config(), "track": track.id(), "target_loss": track.target_loss(),
         "budget_flops": track.budget_flops(), "budget_s": track.budget_s(), "set": args.set,
         "label": label, "seeds": per_seed, "median_val_loss": val, "max_compute_flops": flops,
@@ -503,11 +670,23 @@ pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
         .skip(1)
         .map(|a| if a.contains(' ') { format!("{a:?}") } else { a })
         .collect();
+    // Seeds trained on Slurm ran on its nodes, not where the record is written.
+    let (cpu_said, whereabouts) = match &args.collect {
+        Some(dir) => (
+            format!("collected on {cpu}"),
+            format!(
+                " The seeds trained as Slurm array tasks (sweep {}), on the nodes' CPUs: \
+                 their logs are in its logs/.",
+                dir.display()
+            ),
+        ),
+        None => (cpu.clone(), String::new()),
+    };
     let text = format!(
-        "# Speedrun record: {label}\n\nMade by `cargo xtask {}` on {date}: {cpu}, {} threads, \
-         commit {commit}, Burn {}. Seeds {}; losses by the recipe's estimator (result.json's \
-         `estimator`), the whole val split in non-overlapping windows of the block size.\n\n\
-         {table}\n\n{verdict}\n\n```json\n{}\n```\n",
+        "# Speedrun record: {label}\n\nMade by `cargo xtask {}` on {date}: {cpu_said}, {} \
+         threads, commit {commit}, Burn {}. Seeds {}; losses by the recipe's estimator \
+         (result.json's `estimator`), the whole val split in non-overlapping windows of the \
+         block size.{whereabouts}\n\n{table}\n\n{verdict}\n\n```json\n{}\n```\n",
         typed.join(" "),
         args.threads,
         locked_version(&root, "burn").unwrap_or_default(),
@@ -516,7 +695,6 @@ pub fn speedrun(args: SpeedrunArgs) -> Result<()> {
     );
     std::fs::write(&path, text)?;
     println!("wrote {}", path.display());
-    std::fs::remove_dir_all(&scratch).ok();
     Ok(())
 }
 
@@ -622,6 +800,48 @@ mod tests {
         assert_eq!(Seed::from_json(1, &ours, "r").unwrap().flops, 5.983e13);
         let err = Seed::from_json(1, &json!({"train_s": 1.0}), "result.json").unwrap_err();
         assert_eq!(err.to_string(), "result.json: no number at val_loss");
+    }
+
+    /// `--collect` reads a Slurm speedrun sweep: the config, the `--set`s, the task's cores
+    /// and each seed's result; a seed not done yet is named, with how to follow it.
+    #[test]
+    fn collect_reads_the_seeds_a_sweep_trained() {
+        let dir = std::env::temp_dir().join(format!("xtask-collect-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let spec = json!({
+            "base_name": "configs/shakespeare-char-long.toml", "base": "",
+            "sets": ["model.d_model=128"],
+            "axes": [{"key": "train.seed", "values": ["1337", "1", "2"]}],
+        });
+        std::fs::write(dir.join("sweep.json"), spec.to_string()).unwrap();
+        std::fs::write(
+            dir.join("sweep.sbatch"),
+            "#!/bin/bash\n#SBATCH --array=0-2\n#SBATCH --cpus-per-task=2\n",
+        )
+        .unwrap();
+        for (seed, val) in [("1337", 1.51), ("1", 1.49), ("2", 1.53)] {
+            let run = dir.join(format!("train.seed-{seed}"));
+            std::fs::create_dir_all(&run).unwrap();
+            let result = json!({"val_loss": val, "train_s": 100.0, "compute_flops": 5e13});
+            std::fs::write(run.join("result.json"), result.to_string()).unwrap();
+            if seed != "2" {
+                std::fs::write(run.join("sweep-point.json"), "{}").unwrap();
+            }
+        }
+        let err = read_sweep(&dir).err().unwrap().to_string();
+        assert!(
+            err.contains("seeds 2 are not done yet") && err.contains("--status"),
+            "{err}"
+        );
+        std::fs::write(dir.join("train.seed-2/sweep-point.json"), "{}").unwrap();
+        let swept = read_sweep(&dir).unwrap();
+        assert_eq!(swept.config, Path::new(Track::Long.config()));
+        assert_eq!(swept.set, ["model.d_model=128"]);
+        assert_eq!(swept.threads, 2);
+        let seeds: Vec<(u64, f64)> = swept.seeds.iter().map(|s| (s.seed, s.val)).collect();
+        assert_eq!(seeds, [(1337, 1.51), (1, 1.49), (2, 1.53)]);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
