@@ -35,6 +35,7 @@
 //! Burn alone and must not depend on any other headlab crate.
 
 mod adamw;
+pub mod bf16;
 mod device;
 pub mod dropout;
 pub mod flash;
@@ -60,7 +61,7 @@ pub use device::{
 };
 pub use ops::KernelBackend;
 pub use rotary::Rotary;
-pub use toggle::{Mutation, kernels_enabled, with_kernels};
+pub use toggle::{Mutation, Precision, kernels_enabled, precision, with_kernels, with_precision};
 
 /// A float tensor's values on the host as `E` (f32, or f64 for the f64 truth): the one way
 /// headlab reads a tensor back.

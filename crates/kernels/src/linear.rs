@@ -3,6 +3,8 @@
 
 use rayon::prelude::*;
 
+use crate::Precision;
+use crate::bf16;
 use crate::gemm::{View, matmul, product};
 
 /// Fewest rows per task of a linear layer's products (`dW` has only `d_in` rows to share).
@@ -20,12 +22,31 @@ pub(crate) fn rows_per_task(rows: usize, work_per_row: usize) -> usize {
 }
 
 /// `y = x W (+ b)` for `x [rows, d_in]`, `W [d_in, d_out]`, `b [d_out]`.
-pub fn linear(x: &[f32], w: &[f32], b: Option<&[f32]>, d_in: usize, d_out: usize) -> Vec<f32> {
+pub fn linear(
+    x: &[f32],
+    w: &[f32],
+    b: Option<&[f32]>,
+    d_in: usize,
+    d_out: usize,
+    precision: Precision,
+) -> Vec<f32> {
     assert_eq!(w.len(), d_in * d_out, "linear: W is not [{d_in}, {d_out}]");
     let rows = x.len() / d_in;
     let per_task = rows_per_task(rows, d_in * d_out);
     let x_rows = |r0, m| View::rows(&x[r0 * d_in..], m, d_in);
     let w = View::rows(w, d_in, d_out);
+    if precision == Precision::Bf16 {
+        // W packed once, shared by every block of rows; the bias first, the product added.
+        let w = bf16::pack_b(w);
+        let mut y = b.map_or_else(|| vec![0.0; rows * d_out], |b| b.repeat(rows));
+        y.par_chunks_mut(per_task * d_out)
+            .enumerate()
+            .for_each(|(i, y)| {
+                let lhs = x_rows(i * per_task, y.len() / d_out);
+                bf16::matmul_packed(y, d_out, lhs, &w, 1.0, true)
+            });
+        return y;
+    }
     let Some(b) = b else {
         return product(rows, per_task, x_rows, w, 1.0);
     };
@@ -51,15 +72,31 @@ pub fn linear(x: &[f32], w: &[f32], b: Option<&[f32]>, d_in: usize, d_out: usize
 }
 
 /// `dx = d_y W^T`: `[rows, d_out] x [d_out, d_in]`.
-pub fn linear_x_backward(d_y: &[f32], w: &[f32], d_in: usize, d_out: usize) -> Vec<f32> {
+pub fn linear_x_backward(
+    d_y: &[f32],
+    w: &[f32],
+    d_in: usize,
+    d_out: usize,
+    precision: Precision,
+) -> Vec<f32> {
     let rows = d_y.len() / d_out;
     let d_y_rows = |r0, m| View::rows(&d_y[r0 * d_out..], m, d_out);
     let per_task = rows_per_task(rows, d_in * d_out);
-    product(rows, per_task, d_y_rows, View::rows_t(w, d_in, d_out), 1.0)
+    let w_t = View::rows_t(w, d_in, d_out);
+    match precision {
+        Precision::F32 => product(rows, per_task, d_y_rows, w_t, 1.0),
+        Precision::Bf16 => bf16::product(rows, per_task, d_y_rows, w_t, 1.0),
+    }
 }
 
 /// `dW = x^T d_y`: `[d_in, rows] x [rows, d_out]`, split over the rows of `dW`.
-pub fn linear_weight_backward(x: &[f32], d_y: &[f32], d_in: usize, d_out: usize) -> Vec<f32> {
+pub fn linear_weight_backward(
+    x: &[f32],
+    d_y: &[f32],
+    d_in: usize,
+    d_out: usize,
+    precision: Precision,
+) -> Vec<f32> {
     let rows = x.len() / d_in;
     // Rows i0..i0 + m of x^T: column i of x is row i of x^T.
     let x_t = |i0: usize, m| View {
@@ -70,7 +107,11 @@ pub fn linear_weight_backward(x: &[f32], d_y: &[f32], d_in: usize, d_out: usize)
         cs: d_in,
     };
     let per_task = rows_per_task(d_in, rows * d_out);
-    product(d_in, per_task, x_t, View::rows(d_y, rows, d_out), 1.0)
+    let d_y = View::rows(d_y, rows, d_out);
+    match precision {
+        Precision::F32 => product(d_in, per_task, x_t, d_y, 1.0),
+        Precision::Bf16 => bf16::product(d_in, per_task, x_t, d_y, 1.0),
+    }
 }
 
 /// Sum over rows of a `[rows, width]` matrix (a bias gradient).

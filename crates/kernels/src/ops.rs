@@ -29,7 +29,7 @@ use crate::adamw::AdamWStep;
 use crate::dropout::Mask;
 use crate::flash::{self, Dims, HeadLayout};
 use crate::rotary::{self, Rotary};
-use crate::{gelu, layer_norm, linear};
+use crate::{Precision, gelu, layer_norm, linear};
 
 /// headlab's ops, each one node of Burn's graph with a hand-written backward. Listed
 /// backends only: the wrappers in the crate root check [`crate::runs_on`] first.
@@ -640,6 +640,8 @@ struct LinearSaved<D> {
     x_shape: Shape,
     weight_shape: Shape,
     device: D,
+    /// The forward's precision, which the backward's products take too.
+    precision: Precision,
 }
 
 #[derive(Debug)]
@@ -659,9 +661,9 @@ impl<B: HostAccess, const N: usize> Backward<B, N> for LinearBackward {
         let s = ops.state;
         let [d_in, d_out] = s.weight_shape.dims();
         let (x, w, d_y) = (s.x.as_slice(), s.weight.as_slice(), d_y.as_slice());
-        let dx = || linear::linear_x_backward(d_y, w, d_in, d_out);
+        let dx = || linear::linear_x_backward(d_y, w, d_in, d_out, s.precision);
         register::<B>(grads, node_x, dx, &s.x_shape, &s.device);
-        let dw = || linear::linear_weight_backward(x, d_y, d_in, d_out);
+        let dw = || linear::linear_weight_backward(x, d_y, d_in, d_out, s.precision);
         register::<B>(grads, node_w, dw, &s.weight_shape, &s.device);
         let db = || linear::column_sums(d_y, d_out);
         register::<B>(grads, node_b, db, &Shape::new([d_out]), &s.device);
@@ -677,12 +679,14 @@ fn linear_forward<B: HostAccess>(
     let [d_in, d_out] = weight_shape.dims();
     let (x, weight) = (B::to_host(x), B::to_host(weight));
     let bias = bias.map(B::to_host);
+    let precision = crate::precision();
     let y = linear::linear(
         x.as_slice(),
         weight.as_slice(),
         bias.as_ref().map(HostData::as_slice),
         d_in,
         d_out,
+        precision,
     );
     let mut y_dims: Vec<usize> = (0..x_shape.num_dims()).map(|i| x_shape[i]).collect();
     *y_dims.last_mut().expect("x has at least one dimension") = d_out;
@@ -693,6 +697,7 @@ fn linear_forward<B: HostAccess>(
         x_shape,
         weight_shape,
         device,
+        precision,
     };
     (y, saved)
 }

@@ -8,6 +8,36 @@ use std::cell::Cell;
 
 thread_local! {
     static ENABLED: Cell<bool> = const { Cell::new(true) };
+    static PRECISION: Cell<Precision> = const { Cell::new(Precision::F32) };
+}
+
+/// What the linear layers' products take as operands (`train.precision`). Weights, gradients,
+/// the optimizer's state and every other op stay f32 either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// f32 operands (gemm's f32 kernels).
+    #[default]
+    F32,
+    /// Operands rounded to bfloat16, products accumulated in f32 ([`crate::bf16`]).
+    Bf16,
+}
+
+/// The precision a linear layer run on this thread takes (see [`with_precision`]).
+pub fn precision() -> Precision {
+    PRECISION.with(Cell::get)
+}
+
+/// Runs `f` with the linear layers' products in `precision` on this thread, then restores the
+/// setting, also when `f` panics. A layer's backward takes the precision its forward took.
+pub fn with_precision<R>(precision: Precision, f: impl FnOnce() -> R) -> R {
+    struct Restore(Precision);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            PRECISION.with(|p| p.set(self.0));
+        }
+    }
+    let _restore = Restore(PRECISION.with(|p| p.replace(precision)));
+    f()
 }
 
 /// Whether headlab's kernels may run on this thread (see [`with_kernels`]).
