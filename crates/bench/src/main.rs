@@ -227,6 +227,15 @@ fn matmul(bench: &mut Bench, backend: BackendKind, device: &Device, n: usize) ->
         rows.push(row("headlab", &|| {
             black_box(headlab_kernels::linear(a.clone(), b.clone(), None));
         }));
+        // The same layer with bf16 operands (`train.precision = "bf16"`), where the CPU has
+        // AVX512-BF16.
+        if headlab_kernels::bf16::supported() {
+            rows.push(row("headlab-bf16", &|| {
+                headlab_kernels::with_precision(headlab_kernels::Precision::Bf16, || {
+                    black_box(headlab_kernels::linear(a.clone(), b.clone(), None));
+                })
+            }));
+        }
     }
     rows
 }

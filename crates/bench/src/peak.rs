@@ -109,6 +109,25 @@ pub fn fma_peak(isa: &Isa, threads: usize, seconds: f64, repeats: usize) -> f64 
         .fold(0.0, f64::max)
 }
 
+/// The bf16 peak of `threads` threads, in GFLOP/s, measured as [`fma_peak`] but on
+/// `vdpbf16ps` (two multiply-adds per f32 lane): the MFU denominator of bf16 columns. `None`
+/// where the CPU lacks AVX512-BF16.
+pub fn bf16_peak(threads: usize, seconds: f64, repeats: usize) -> Option<f64> {
+    #[cfg(target_arch = "x86_64")]
+    if headlab_kernels::bf16::supported() {
+        let isa = Isa {
+            name: "avx512bf16",
+            // Two bf16 pairs' worth of multiply-adds per f32 lane: counted as 32 lanes.
+            lanes: 32,
+            accumulators: x86::ACC_512,
+            kernel: x86::run_bf16,
+        };
+        return Some(fma_peak(&isa, threads, seconds, repeats));
+    }
+    let _ = (threads, seconds, repeats);
+    None
+}
+
 const SCALAR_ACC: usize = 8;
 
 /// `iters` rounds of `acc = fma(acc, m, a)` on named accumulators, one local variable each:
@@ -165,6 +184,37 @@ mod x86 {
         let (vm, va) = (_mm512_set1_ps(m), _mm512_set1_ps(a));
         fma_chains!(
             |x| _mm512_fmadd_ps(x, vm, va),
+            iters,
+            _mm512_set1_ps(x0),
+            [
+                c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15
+            ],
+            _mm512_reduce_add_ps
+        )
+    }
+
+    /// Only ever called after `headlab_kernels::bf16::supported()`.
+    pub fn run_bf16(iters: u64, x0: f32, m: f32, a: f32) -> f32 {
+        // SAFETY: the caller found AVX512F and AVX512-BF16.
+        #[allow(unsafe_code)]
+        let sum = unsafe { dot_bf16(iters, x0, m, a) };
+        sum
+    }
+
+    /// `acc += m a + m a` per lane and iteration: each lane's bf16 pair is `(m, m)` against
+    /// `(a, a)`, both rounded to bf16 (the check allows for it).
+    #[target_feature(enable = "avx512f,avx512bf16")]
+    fn dot_bf16(iters: u64, x0: f32, m: f32, a: f32) -> f32 {
+        let pair = |x: f32| {
+            let h = headlab_kernels::bf16::to_bf16(x) as i32;
+            // SAFETY: a 512-bit integer vector and a bf16 vector are the same bits.
+            #[allow(unsafe_code)]
+            let v: __m512bh = unsafe { std::mem::transmute(_mm512_set1_epi32(h | (h << 16))) };
+            v
+        };
+        let (vm, va) = (pair(m), pair(a));
+        fma_chains!(
+            |x| _mm512_dpbf16_ps(x, vm, va),
             iters,
             _mm512_set1_ps(x0),
             [
@@ -246,5 +296,21 @@ mod tests {
             isa.name
         );
         assert_eq!(isa.flops(10), 20.0 * per_lane);
+    }
+
+    /// The bf16 loop adds `2 m a` (m and a rounded to bf16) to every lane per iteration, as
+    /// it is credited with: against the sum in f64.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_bf16_peak_loop_does_two_multiply_adds_per_lane() {
+        if !headlab_kernels::bf16::supported() {
+            eprintln!("skipped: no AVX512-BF16 on this CPU");
+            return;
+        }
+        let (iters, x0, m, a) = (1000u64, 1.0f32, 0.5f32, 0.25f32);
+        let got = x86::run_bf16(iters, x0, m, a) as f64;
+        // 16 accumulators of 16 lanes, each 1 + 1000 * 2 * 0.125 (exact in bf16 and f32).
+        let expected = 256.0 * (1.0 + iters as f64 * 2.0 * 0.125);
+        assert_eq!(got, expected);
     }
 }

@@ -300,6 +300,16 @@ pub fn compare(plan: &Plan, scratch: &Path) -> Value {
             json!({ "threads": n, "gflops": gflops })
         })
         .collect();
+    // The bf16 peak, where the CPU has AVX512-BF16: the denominator of bf16 columns' MFU.
+    let bf16_peaks: Vec<Value> = plan
+        .threads
+        .iter()
+        .filter_map(|&n| {
+            let gflops = crate::peak::bf16_peak(n, peak_s, peak_repeats)?;
+            eprintln!("step: bf16 peak (vdpbf16ps), {n} thread(s): {gflops:.1} GFLOP/s");
+            Some(json!({ "threads": n, "gflops": gflops }))
+        })
+        .collect();
     let exe = std::env::current_exe().expect("the bench's own path");
     let backends: Vec<String> = plan.backends.iter().map(|b| b.to_string()).collect();
     let mut rows = Vec::new();
@@ -411,6 +421,7 @@ pub fn compare(plan: &Plan, scratch: &Path) -> Value {
         "threads": plan.threads,
         "fma": { "isa": isa.name, "lanes": isa.lanes, "accumulators": isa.accumulators },
         "fma_peak": peaks,
+        "bf16_peak": bf16_peaks,
         "shapes": shapes,
         "rows": rows,
         "torch_environment": torch_environment,

@@ -62,6 +62,11 @@ pub struct TrainConfig {
     pub grammar_sentences: usize,
     /// Compute backend name. Default `flex`.
     pub backend: String,
+    /// What the linear layers' products take as operands: `f32`, or `bf16` (rounded to
+    /// bfloat16 with f32 accumulation, on `vdpbf16ps`: flex on a CPU with AVX512-BF16).
+    /// Weights, gradients, the optimizer's state, norms, softmax, attention and the loss stay
+    /// f32 either way. Default `f32`.
+    pub precision: Precision,
     /// `adamw` for every parameter, or `muon`: Muon for the matrices inside the blocks and
     /// AdamW for embeddings, head and gains (the modded-nanogpt speedrun). Default `adamw`.
     pub optimizer: OptimizerKind,
@@ -99,6 +104,27 @@ pub enum OptimizerKind {
     Muon,
 }
 
+/// `train.precision`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// f32 products.
+    #[default]
+    F32,
+    /// bf16 operands, f32 accumulation.
+    Bf16,
+}
+
+impl Precision {
+    /// The kernels' setting.
+    pub fn kernels(self) -> headlab_kernels::Precision {
+        match self {
+            Precision::F32 => headlab_kernels::Precision::F32,
+            Precision::Bf16 => headlab_kernels::Precision::Bf16,
+        }
+    }
+}
+
 /// `train.schedule`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -133,6 +159,7 @@ impl Default for TrainConfig {
             track_heads_every: 100,
             grammar_sentences: 200,
             backend: "flex".to_string(),
+            precision: Precision::F32,
             optimizer: OptimizerKind::Adamw,
             muon_lr: 0.02,
             muon_momentum: 0.95,
@@ -324,6 +351,8 @@ pub enum ValidationError {
          min_lr, so set train.min_lr to at most {lr} (typically lr / 10)"
     )]
     MinLrAboveLr { min_lr: f64, lr: f64 },
+    #[error("train.precision = \"bf16\" {why}; leave it at \"f32\" (the default) here")]
+    Bf16 { why: String },
     /// The `[model]` section.
     #[error(transparent)]
     Model(#[from] GptConfigError),
@@ -602,6 +631,29 @@ impl TrainConfig {
             return Err(ValidationError::MinLrAboveLr {
                 min_lr: t.min_lr,
                 lr: t.lr,
+            });
+        }
+        // Only headlab's own kernels have the bf16 products; on another backend the key
+        // would be silently ignored.
+        if t.precision == Precision::Bf16 && t.backend != "flex" {
+            return Err(ValidationError::Bf16 {
+                why: format!(
+                    "runs on headlab's kernels, train.backend = \"flex\", not \"{}\"",
+                    t.backend
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses `bf16` on a CPU without the instructions it runs on: a plain loop would
+    /// compute the same numbers several times slower than f32.
+    pub fn check_precision_here(&self) -> Result<(), ValidationError> {
+        if self.precision == Precision::Bf16 && !headlab_kernels::bf16::supported() {
+            return Err(ValidationError::Bf16 {
+                why: "needs AVX512-BF16 (vdpbf16ps), which this CPU lacks (Zen 4 and later, \
+                      Intel Sapphire Rapids and later have it)"
+                    .into(),
             });
         }
         Ok(())
@@ -1127,13 +1179,32 @@ mod tests {
         let ConfigError::SetUnknownKey { valid, .. } = err else {
             panic!("wrong variant")
         };
-        assert_eq!(valid.len(), 27);
+        assert_eq!(valid.len(), 28);
         assert_eq!(section_fields("model").unwrap().len(), 20);
         assert_eq!(section_fields("data").unwrap().len(), 7);
         assert!(matches!(
             set("train.lr.x=1"),
             Err(ConfigError::SetUnknownKey { .. })
         ));
+
+        // train.precision: f32 or bf16, bf16 on flex only.
+        assert_eq!(
+            set("train.precision=bf16").unwrap().train.precision,
+            Precision::Bf16
+        );
+        let msg = set("train.precision=fp16").unwrap_err().to_string();
+        assert!(
+            msg.contains("train.precision") && msg.contains("bf16"),
+            "{msg}"
+        );
+        let mut bf16_wgpu = RunConfig::default();
+        bf16_wgpu.train.precision = Precision::Bf16;
+        bf16_wgpu.train.backend = "wgpu".into();
+        let msg = bf16_wgpu.validate().unwrap_err().to_string();
+        assert!(
+            msg.contains("train.backend = \"flex\", not \"wgpu\"") && msg.contains("\"f32\""),
+            "{msg}"
+        );
 
         let msg = set("train.lr=fast").unwrap_err().to_string();
         for part in ["train.lr", "\"fast\"", "f64", "current value: 0.004"] {

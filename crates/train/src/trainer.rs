@@ -418,8 +418,11 @@ pub fn train(
     // The run's mark is held until its failure, if any, is explained below.
     let (resolved, mark) = resolve_run(&options).map_err(|e| explain_failure(e, &run, false))?;
     let backend: BackendKind = resolved.1.train.backend.parse()?;
+    let precision = resolved.1.train.precision.kernels();
     let mut summary = headlab_kernels::with_kernels(backend.kernels(), || {
-        train_resolved(resolved, backend, options, observers)
+        headlab_kernels::with_precision(precision, || {
+            train_resolved(resolved, backend, options, observers)
+        })
     })
     .map_err(|e| explain_failure(e, &run, true))?;
     summary.mark = Some(std::sync::Arc::new(mark));
@@ -800,6 +803,7 @@ fn resolve_run(options: &TrainOptions) -> Result<(Resolved, TrainingMark), Train
         }
         check_fits(&config, &dataset)?;
         config.train.backend.parse::<BackendKind>()?.device()?;
+        config.train.check_precision_here()?;
         // The run must work from any folder: it records where its text is, absolutely.
         config.data.make_path_absolute();
         let tokenizer = dataset.tokenizer();
