@@ -589,3 +589,76 @@ fn compare_catches_each_planted_kernel_bug_and_names_its_layer() {
     );
     ok(&out);
 }
+
+/// `flex-bf16` (the linear layers in bf16) is set against the f64 truth within bounds that
+/// allow for bf16's rounding, where the CPU has AVX512-BF16: its errors are orders above
+/// flex's (the products really are bf16) and inside its bounds, its fitted scales near 1; and
+/// bf16 packing by truncation (planted) fails it at its scale, flex untouched. Where the CPU
+/// lacks the instructions, the row says so and nothing else runs in bf16.
+#[test]
+fn compare_sets_bf16_against_the_truth_and_catches_truncation() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |out: &str, mutation: Option<&str>| {
+        let args = [
+            "compare",
+            "--backends",
+            "flex,flex-bf16",
+            "--steps",
+            "3",
+            "--out",
+            out,
+        ];
+        let env: Vec<(&str, &str)> = mutation
+            .map(|m| vec![("HEADLAB_TEST_MUTATION", m)])
+            .unwrap_or_default();
+        let output = headlab_env(&args, tmp.path(), &env);
+        (output, json(&tmp.path().join(out).join("compare.json")))
+    };
+    let (output, report) = run("bf16", None);
+    let backends = report["backends"].as_array().unwrap();
+    let bf16 = &backends[1];
+    assert_eq!(bf16["precision"], "bf16");
+    if !headlab_kernels::bf16::supported() {
+        assert_eq!(bf16["available"], false);
+        assert!(bf16["reason"].as_str().unwrap().contains("AVX512-BF16"));
+        eprintln!("skipped: no AVX512-BF16 on this CPU");
+        return;
+    }
+    ok(&output);
+    let checks = |b: &serde_json::Value| -> Vec<(String, f64, f64)> {
+        b["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["name"].as_str().unwrap().to_string(),
+                    c["error"].as_f64().unwrap(),
+                    c["bound"].as_f64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let (flex, bf) = (checks(&backends[0]), checks(bf16));
+    let logits = |c: &[(String, f64, f64)]| c.iter().find(|c| c.0 == "logits").unwrap().1;
+    assert!(logits(&bf) > 100.0 * logits(&flex), "{flex:?} {bf:?}");
+    for (name, error, bound) in &bf {
+        assert!(error <= bound, "{name}: {error} > {bound}");
+    }
+    let scales: Vec<&(String, f64, f64)> = bf.iter().filter(|c| c.0.ends_with(" scale")).collect();
+    assert_eq!(scales.len(), 5, "{bf:?}");
+    assert!(flex.iter().all(|c| !c.0.ends_with(" scale")));
+
+    let (output, report) = run("truncated", Some("bf16-truncate"));
+    assert_eq!(output.status.code(), Some(2));
+    let backends = report["backends"].as_array().unwrap();
+    assert_eq!(backends[0]["within_tolerance"], true);
+    let failures = backends[1]["failures"].as_array().unwrap();
+    assert!(
+        failures[0]
+            .as_str()
+            .unwrap()
+            .starts_with("first out of bound: block 0 attention scale"),
+        "{failures:?}"
+    );
+}

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 use clap::Args;
-use headlab_compare::{Comparison, compare, compare_markdown, write_compare};
+use headlab_compare::{
+    Candidate, Comparison, FLEX_BF16, compare_markdown, compare_on, write_compare,
+};
 use headlab_kernels::BackendKind;
 use headlab_train::run::RunDir;
 
@@ -20,7 +22,9 @@ pub struct CompareArgs {
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub set: Vec<String>,
     /// Backends to compare, comma-separated; each is checked against an f64 ground truth,
-    /// and the later losses against the first's. flex-burn is flex with headlab's kernels off.
+    /// and the later losses against the first's. flex-burn is flex with headlab's kernels off;
+    /// flex-bf16 is flex with the linear layers in bf16 (train.precision = "bf16", on CPUs
+    /// with AVX512-BF16), its bounds allowing for bf16's rounding.
     #[arg(
         long,
         short,
@@ -67,16 +71,23 @@ pub fn run(args: CompareArgs) -> Result<()> {
             (config, name, None, args.init.clone())
         }
     };
-    let mut backends = Vec::new();
+    let mut backends: Vec<Option<BackendKind>> = Vec::new();
     for b in &args.backends {
-        let backend: BackendKind = b.parse()?;
+        // flex-bf16 is a precision on flex, not a backend of its own.
+        let backend = match b.as_str() {
+            FLEX_BF16 => None,
+            b => Some(
+                b.parse::<BackendKind>()
+                    .map_err(|e| anyhow::anyhow!("{e}, or flex-bf16"))?,
+            ),
+        };
         if backends.contains(&backend) {
-            bail!("--backends lists {backend} twice");
+            bail!("--backends lists {b} twice");
         }
         backends.push(backend);
     }
     if backends.is_empty() {
-        bail!("--backends is empty: give one or more of flex, flex-burn, ndarray, wgpu");
+        bail!("--backends is empty: give one or more of flex, flex-burn, ndarray, wgpu, flex-bf16");
     }
     config.apply_sets(&args.set)?;
     let out = match &args.out {
@@ -98,7 +109,12 @@ pub fn run(args: CompareArgs) -> Result<()> {
         init_from: init.as_deref(),
         tokenizer,
     };
-    let report = compare(comparison, &backends)?;
+    let report = compare_on(comparison, || {
+        backends
+            .iter()
+            .map(|b| b.map_or_else(Candidate::flex_bf16, Candidate::of))
+            .collect()
+    })?;
     write_compare(&report, &out)?;
     print!("{}", compare_markdown(&report));
     eprintln!(

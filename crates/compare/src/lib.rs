@@ -36,7 +36,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use headlab_kernels::memory;
-use headlab_kernels::{BackendError, BackendKind};
+use headlab_kernels::{BackendError, BackendKind, Precision};
 use headlab_train::config::{RunConfig, ValidationError};
 use headlab_train::optim::Optimizer;
 use headlab_train::step::{optimizer_config, step_batches, take_step};
@@ -129,8 +129,14 @@ pub struct Tolerance {
 }
 
 impl Tolerance {
-    /// For a model config.
+    /// For a model config in f32.
     pub fn of(config: &GptConfig) -> Self {
+        Self::with_precision(config, Precision::F32)
+    }
+
+    /// For a model config whose linear layers run in `precision`: in bf16 each product may
+    /// also be off by its operands' two roundings, `2 * 2^-8` relative, whatever its length.
+    pub fn with_precision(config: &GptConfig, precision: Precision) -> Self {
         let chained_reductions = 8 * config.n_layers + 2;
         let longest_reduction = [
             config.d_model,
@@ -141,13 +147,15 @@ impl Tolerance {
         .into_iter()
         .max()
         .unwrap_or(1);
+        let per_reduction = longest_reduction as f64 * UNIT_ROUNDOFF
+            + match precision {
+                Precision::F32 => 0.0,
+                Precision::Bf16 => 2.0 * truth::BF16_UNIT_ROUNDOFF,
+            };
         Self {
             chained_reductions,
             longest_reduction,
-            logits_relative: 2.0
-                * chained_reductions as f64
-                * longest_reduction as f64
-                * UNIT_ROUNDOFF,
+            logits_relative: 2.0 * chained_reductions as f64 * per_reduction,
         }
     }
 
@@ -167,6 +175,9 @@ impl Tolerance {
 pub struct BackendReport {
     /// Backend name.
     pub backend: String,
+    /// The linear layers' precision: `f32`, or `bf16` (`flex-bf16`), whose bounds and
+    /// tolerance allow for bf16's rounding.
+    pub precision: String,
     /// Whether it ran.
     pub available: bool,
     /// Why it did not.
@@ -258,6 +269,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 /// What one backend measured.
 struct Run {
+    precision: Precision,
     adapter: Option<String>,
     measured: Measured,
     logits: Vec<f64>,
@@ -333,6 +345,7 @@ fn run_backend(
     };
     measured.losses = losses.iter().take(TRUTH_STEPS).copied().collect();
     Ok(Run {
+        precision: Precision::F32,
         adapter: headlab_kernels::adapter_name(&device),
         measured,
         logits,
@@ -350,18 +363,40 @@ pub struct Candidate {
     /// As the user named it.
     pub name: String,
     /// The device, or why it is not available.
-    pub device: Result<Device, BackendError>,
+    pub device: Result<Device, String>,
     /// Whether headlab's kernels run (off for `flex-burn`).
     pub kernels: bool,
+    /// The linear layers' precision (bf16 for `flex-bf16`).
+    pub precision: Precision,
 }
+
+/// The name of [`Candidate::flex_bf16`] in `--backends`.
+pub const FLEX_BF16: &str = "flex-bf16";
 
 impl Candidate {
     /// Looks up `backend`'s device.
     pub fn of(backend: BackendKind) -> Self {
         Self {
             name: backend.to_string(),
-            device: backend.device(),
+            device: backend.device().map_err(|e| e.to_string()),
             kernels: backend.kernels(),
+            precision: Precision::F32,
+        }
+    }
+
+    /// `flex-bf16`: flex with the linear layers' products in bf16 (`train.precision =
+    /// "bf16"`), where the CPU has AVX512-BF16.
+    pub fn flex_bf16() -> Self {
+        let device = if headlab_kernels::bf16::supported() {
+            BackendKind::Flex.device().map_err(|e| e.to_string())
+        } else {
+            Err("this CPU lacks AVX512-BF16 (vdpbf16ps), which bf16 products run on".into())
+        };
+        Self {
+            name: FLEX_BF16.into(),
+            device,
+            kernels: true,
+            precision: Precision::Bf16,
         }
     }
 }
@@ -520,6 +555,7 @@ fn run_candidate(
         name,
         device,
         kernels,
+        precision,
     } = candidate;
     let device = match device {
         Ok(device) => device,
@@ -535,8 +571,11 @@ fn run_candidate(
         );
     }
     let run = headlab_kernels::with_kernels(kernels, || {
-        run_backend(&name, config, gpt, data, init, device, steps)
+        headlab_kernels::with_precision(precision, || {
+            run_backend(&name, config, gpt, data, init, device, steps)
+        })
     })
+    .map(|run| Run { precision, ..run })
     .map_err(|source| CompareError::Run {
         backend: name.clone(),
         source,
@@ -560,7 +599,7 @@ fn set_against_truth(
         .map(|(_, run)| {
             run.as_ref()
                 .ok()
-                .map(|run| checks(&run.measured, truth, gpt, tokens))
+                .map(|run| checks(&run.measured, truth, gpt, tokens, run.precision))
         })
         .collect();
     let ratios: Vec<(usize, f64)> = (0..runs.len())
@@ -584,6 +623,8 @@ fn set_against_truth(
     for ((name, run), checks) in runs.iter().zip(checked) {
         match (run, checks) {
             (Ok(run), Some(checks)) => {
+                // A bf16 run is set against the reference within bf16's tolerance.
+                let tolerance = Tolerance::with_precision(gpt, run.precision);
                 let agreement = agreement(reference_run, run, &tolerance, max_abs_logit);
                 reports.push(backend_report(name, run, agreement, checks));
             }
@@ -591,27 +632,38 @@ fn set_against_truth(
             (Ok(_), None) => unreachable!("every run is checked"),
         }
     }
-    judge(&mut reports, &tolerance, max_abs_logit);
+    judge(&mut reports, gpt, max_abs_logit);
     Ok((reference_name, tolerance, max_abs_logit, reports))
 }
 
 /// Fills in every backend's `failures` and `within_tolerance`: checks out of their bound (the
 /// first forward one named first, as the place a forward bug shows), checks more than
 /// [`BEST_RATIO`] times the best backend's error, and losses beyond the worst-case tolerance.
-fn judge(reports: &mut [BackendReport], tolerance: &Tolerance, max_abs_logit: f64) {
+fn judge(reports: &mut [BackendReport], gpt: &GptConfig, max_abs_logit: f64) {
     let ran: Vec<usize> = (0..reports.len())
         .filter(|&i| reports[i].available)
         .collect();
-    let best = |c: usize| {
+    // The best error among the backends of the same precision: bf16's rounding is no sign
+    // of a wrong f32 kernel, nor f32's error a standard for bf16.
+    let best = |c: usize, precision: &str| {
         ran.iter()
+            .filter(|&&i| reports[i].precision == precision)
             .filter_map(|&i| reports[i].checks.get(c).map(|c| c.error))
             .filter(|e| !e.is_nan())
             .fold(f64::INFINITY, f64::min)
     };
     let n_checks = reports.iter().map(|r| r.checks.len()).max().unwrap_or(0);
-    let bests: Vec<f64> = (0..n_checks).map(best).collect();
-    for &i in &ran {
+    let bests: Vec<Vec<f64>> = ran
+        .iter()
+        .map(|&i| {
+            (0..n_checks)
+                .map(|c| best(c, &reports[i].precision))
+                .collect()
+        })
+        .collect();
+    for (bests, &i) in bests.iter().zip(&ran) {
         let r = &mut reports[i];
+        let tolerance = Tolerance::with_precision(gpt, precision_named(&r.precision));
         let mut failures = Vec::new();
         let out = |c: &Check| c.ratio() > 1.0;
         let describe = |c: &Check| {
@@ -658,6 +710,22 @@ fn judge(reports: &mut [BackendReport], tolerance: &Tolerance, max_abs_logit: f6
     }
 }
 
+/// `f32` or `bf16`, as [`BackendReport::precision`] writes it.
+fn precision_name(precision: Precision) -> &'static str {
+    match precision {
+        Precision::F32 => "f32",
+        Precision::Bf16 => "bf16",
+    }
+}
+
+fn precision_named(name: &str) -> Precision {
+    if name == "bf16" {
+        Precision::Bf16
+    } else {
+        Precision::F32
+    }
+}
+
 /// The report of a backend that ran: its agreement, and its timings as medians over the
 /// steps after the first (which includes kernel compilation on wgpu).
 fn backend_report(
@@ -670,6 +738,7 @@ fn backend_report(
     let phase = |i: usize| median(run.phases.iter().skip(skip).map(|p| p[i]).collect());
     BackendReport {
         backend: name.to_string(),
+        precision: precision_name(run.precision).into(),
         available: true,
         reason: None,
         adapter: run.adapter.clone(),
@@ -728,6 +797,12 @@ fn agreement(reference: &Run, run: &Run, tolerance: &Tolerance, max_abs_logit: f
 fn unavailable(name: &str, reason: String) -> BackendReport {
     BackendReport {
         backend: name.to_string(),
+        precision: precision_name(if name == FLEX_BF16 {
+            Precision::Bf16
+        } else {
+            Precision::F32
+        })
+        .into(),
         available: false,
         reason: Some(reason),
         adapter: None,
@@ -768,6 +843,7 @@ mod tests {
 
     fn run(logits: Vec<f64>, losses: Vec<f64>) -> Run {
         Run {
+            precision: Precision::F32,
             adapter: None,
             measured: Measured::default(),
             logits,
@@ -817,8 +893,9 @@ mod tests {
         let out = tempfile::tempdir().unwrap();
         let candidate = |name: &str, device: Result<Device, BackendError>, kernels| Candidate {
             name: name.to_string(),
-            device,
+            device: device.map_err(|e| e.to_string()),
             kernels,
+            precision: Precision::F32,
         };
         #[allow(deprecated)]
         let devices = vec![

@@ -25,7 +25,7 @@
 //! and sum over the batch's tokens. `C` = [`SAFETY`] was set from measurements of the
 //! backends known to be right (README, "Comparing backends").
 
-use headlab_kernels::to_host;
+use headlab_kernels::{Precision, to_host};
 use std::path::Path;
 
 use burn::module::{Module, ModuleVisitor, Param};
@@ -43,6 +43,15 @@ use crate::StepsError;
 
 /// The f32 unit roundoff.
 pub const UNIT_ROUNDOFF: f64 = 1.0 / (1u64 << 24) as f64;
+
+/// bf16's unit roundoff, `2^-8`: an 8-bit significand.
+pub const BF16_UNIT_ROUNDOFF: f64 = 1.0 / 256.0;
+
+/// A bf16 product in the chain, in the units of `k` (f32 reductions of length 1): both
+/// operands rounded to bf16, each an independent relative error of up to `2^-8 = 2^16 u`,
+/// whatever the reduction's length (the f32 accumulation counts as any product's does).
+pub const BF16_PRODUCT: f64 =
+    2.0 * (BF16_UNIT_ROUNDOFF / UNIT_ROUNDOFF) * (BF16_UNIT_ROUNDOFF / UNIT_ROUNDOFF);
 
 /// `C` of the bound: how many modelled standard deviations (beyond the `sqrt(2 ln 2N)` of the
 /// largest of `N`) a correct backend may reach.
@@ -113,12 +122,20 @@ pub struct Chain {
     attn_only: bool,
     /// Per layer, the largest `|q . k| / sqrt(d_k)` (the truth's).
     max_scores: Vec<f64>,
+    /// What each linear layer's product adds besides its f32 reduction: [`BF16_PRODUCT`] in
+    /// bf16 (`train.precision`), 0 in f32.
+    product: f64,
 }
 
 impl Chain {
     /// For a model, the tokens one step's loss averages over, and each layer's largest
     /// attention score in the truth.
-    pub fn new(config: &GptConfig, tokens: usize, max_scores: &[f64]) -> Self {
+    pub fn new(
+        config: &GptConfig,
+        tokens: usize,
+        max_scores: &[f64],
+        precision: Precision,
+    ) -> Self {
         let mut max_scores = max_scores.to_vec();
         max_scores.resize(config.n_layers, 0.0);
         Self {
@@ -130,6 +147,10 @@ impl Chain {
             tokens,
             attn_only: config.attn_only,
             max_scores,
+            product: match precision {
+                Precision::F32 => 0.0,
+                Precision::Bf16 => BF16_PRODUCT,
+            },
         }
     }
 
@@ -143,19 +164,21 @@ impl Chain {
         let d = self.d_model as f64;
         let mut k = 1.0; // the position embedding's add
         let mut out = vec![("embedding".to_string(), k)];
+        let p = self.product;
         for (i, &s) in self.max_scores.iter().enumerate() {
             // LayerNorm, projection, then q . k.
-            let scores = k + 2.0 * d + self.d_k as f64;
+            let scores = k + 2.0 * d + p + self.d_k as f64;
             // Softmax and the weighted sum over the keys, then W_O.
-            k = scores + 2.0 * self.block_size as f64 + d + s * s * scores;
+            k = scores + 2.0 * self.block_size as f64 + d + p + s * s * scores;
             out.push((format!("block {i} attention"), k));
             if !self.attn_only {
                 // The residual add, LayerNorm, c_fc, c_proj.
-                k += 1.0 + 2.0 * d + self.d_ff as f64;
+                k += 1.0 + 2.0 * d + self.d_ff as f64 + 2.0 * p;
                 out.push((format!("block {i} MLP"), k));
             }
         }
-        out.push(("logits".into(), k + 2.0 * d));
+        // The final LayerNorm and the LM head.
+        out.push(("logits".into(), k + 2.0 * d + p));
         out
     }
 
@@ -219,8 +242,9 @@ pub fn checks(
     truth: &Measured,
     config: &GptConfig,
     tokens: usize,
+    precision: Precision,
 ) -> Vec<Check> {
-    let chain = Chain::new(config, tokens, &truth.max_scores);
+    let chain = Chain::new(config, tokens, &truth.max_scores, precision);
     let lengths = chain.forward();
     let mut out = Vec::new();
     for ((name, t), (_, a)) in truth.forward.iter().zip(&measured.forward) {
@@ -236,6 +260,33 @@ pub fn checks(
             forward: true,
         });
     }
+    let scales: Vec<Check> = match precision {
+        Precision::F32 => Vec::new(),
+        Precision::Bf16 => truth
+            .forward
+            .iter()
+            .zip(&measured.forward)
+            .filter(|((name, _), _)| name != "embedding")
+            .map(|((name, t), (_, a))| {
+                let k = lengths
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or(f64::NAN, |(_, k)| *k);
+                let width = if name == "logits" {
+                    config.vocab_size
+                } else {
+                    config.d_model
+                };
+                Check {
+                    name: format!("{name} scale"),
+                    detail: None,
+                    error: scale_error(a, t),
+                    bound: scale_bound(width, k),
+                    forward: true,
+                }
+            })
+            .collect(),
+    };
     // A run of one step has no loss at step 1 to check.
     for (step, t) in truth.losses.iter().enumerate().take(measured.losses.len()) {
         let a = measured.losses[step];
@@ -285,7 +336,27 @@ pub fn checks(
             forward: false,
         });
     }
+    // After the checks every backend has, so that rows line up in the report.
+    out.extend(scales);
     out
+}
+
+/// How far the values' fitted scale against the truth is from 1: `|sum a t / sum t^2 - 1|`.
+/// Unbiased rounding leaves it near 0 however large each value's error; a biased one (bf16
+/// by truncation) shrinks every product by about `2^-8` and shows here.
+pub fn scale_error(a: &[f64], t: &[f64]) -> f64 {
+    let tt: f64 = t.iter().map(|t| t * t).sum();
+    if a.len() != t.len() || tt == 0.0 {
+        return f64::NAN;
+    }
+    (a.iter().zip(t).map(|(a, t)| a * t).sum::<f64>() / tt - 1.0).abs()
+}
+
+/// The bound of [`scale_error`]: the chain's relative error `u sqrt(k)` averaged over the
+/// independent errors a value's `width` columns carry (every row shares its weights'
+/// roundings, so columns, not elements, average out), times `C`.
+pub fn scale_bound(width: usize, k: f64) -> f64 {
+    SAFETY * UNIT_ROUNDOFF * k.sqrt() / (width.max(1) as f64).sqrt()
 }
 
 /// The forward values of the measured (embedding, sublayers and logits on `tokens`, named) and
@@ -427,7 +498,7 @@ mod tests {
             .with_n_heads(4)
             .with_block_size(32);
         let lengths = |scores: &[f64]| -> Vec<f64> {
-            Chain::new(&gpt, 512, scores)
+            Chain::new(&gpt, 512, scores, Precision::F32)
                 .forward()
                 .into_iter()
                 .map(|(_, k)| k)
@@ -444,7 +515,7 @@ mod tests {
             1.0 + 2.0 * (attention + mlp) + 128.0,
         ];
         assert_eq!(flat, want);
-        let names: Vec<String> = Chain::new(&gpt, 512, &[])
+        let names: Vec<String> = Chain::new(&gpt, 512, &[], Precision::F32)
             .forward()
             .into_iter()
             .map(|(n, _)| n)
@@ -457,8 +528,19 @@ mod tests {
         let before = want[2] + 2.0 * 64.0 + 16.0;
         assert!((sharp[3] - flat[3] - 100.0 * before).abs() < 1e-9);
         assert!((sharp[5] - flat[5] - 100.0 * before).abs() < 1e-9);
-        let chain = Chain::new(&gpt, 512, &[]);
+        let chain = Chain::new(&gpt, 512, &[], Precision::F32);
         assert_eq!(chain.loss(), want[5] + 65.0 + 512.0);
         assert_eq!(chain.gradient(), 2.0 * want[5] + 65.0 + 512.0);
+
+        // In bf16 each linear layer's product adds 2 (2^-8 / 2^-24)^2: Q/K/V and W_O in each
+        // attention, c_fc and c_proj in each MLP, and the LM head.
+        let p = 2.0 * 65536.0 * 65536.0;
+        let bf16: Vec<f64> = Chain::new(&gpt, 512, &[], Precision::Bf16)
+            .forward()
+            .into_iter()
+            .map(|(_, k)| k)
+            .collect();
+        let extra: Vec<f64> = bf16.iter().zip(&want).map(|(b, f)| (b - f) / p).collect();
+        assert_eq!(extra, [0.0, 2.0, 4.0, 6.0, 8.0, 9.0]);
     }
 }

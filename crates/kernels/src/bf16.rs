@@ -42,6 +42,20 @@ fn pair(lo: f32, hi: f32) -> u32 {
     u32::from(to_bf16(lo)) | (u32::from(to_bf16(hi)) << 16)
 }
 
+/// [`pair`] by truncation: the planted bug `compare` must catch (`bf16-truncate`).
+fn pair_truncated(lo: f32, hi: f32) -> u32 {
+    (lo.to_bits() >> 16) | (hi.to_bits() & 0xffff_0000)
+}
+
+/// How this process packs: [`pair`], unless the truncation bug is planted (tests only).
+fn packer() -> fn(f32, f32) -> u32 {
+    if crate::toggle::mutated(crate::Mutation::Bf16Truncate) {
+        pair_truncated
+    } else {
+        pair
+    }
+}
+
 /// Whether this CPU runs the `vdpbf16ps` kernel.
 pub fn supported() -> bool {
     #[cfg(target_arch = "x86_64")]
@@ -75,6 +89,7 @@ pub(crate) fn pack_b(b: View) -> PackedB {
             0.0
         }
     };
+    let pair = packer();
     data.par_chunks_mut((k_pairs * NR).max(1))
         .enumerate()
         .for_each(|(panel, out)| {
@@ -98,6 +113,7 @@ fn pack_a(a: View, r0: usize, out: &mut [u32]) {
             0.0
         }
     };
+    let pair = packer();
     for p in 0..k_pairs {
         for i in 0..MR {
             out[p * MR + i] = pair(at(r0 + i, 2 * p), at(r0 + i, 2 * p + 1));

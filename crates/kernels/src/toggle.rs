@@ -75,17 +75,20 @@ pub enum Mutation {
     AdamWNoBiasCorrection,
     /// RMS norm (QK-norm) without its epsilon.
     RmsNormNoEps,
+    /// bf16 packing by truncation instead of round-to-nearest-even.
+    Bf16Truncate,
 }
 
 impl Mutation {
     /// Every mutation, with the name `HEADLAB_TEST_MUTATION` takes.
-    pub const ALL: [(&'static str, Mutation); 6] = [
+    pub const ALL: [(&'static str, Mutation); 7] = [
         ("tanh-gelu", Mutation::TanhGelu),
         ("layer-norm-eps", Mutation::LayerNormEps),
         ("attention-scale", Mutation::AttentionScale),
         ("softmax-no-max", Mutation::SoftmaxNoMax),
         ("adamw-no-bias-correction", Mutation::AdamWNoBiasCorrection),
         ("rms-norm-no-eps", Mutation::RmsNormNoEps),
+        ("bf16-truncate", Mutation::Bf16Truncate),
     ];
 }
 
