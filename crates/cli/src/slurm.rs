@@ -59,13 +59,18 @@ pub fn which(program: &str) -> Option<PathBuf> {
 /// with this binary (the nodes need no Rust) and leaving its exit code beside its log.
 fn script(dir: &Path, args: &SlurmArgs, n: usize) -> Result<String> {
     let exe = std::env::current_exe().context("finding the headlab binary")?;
-    let dir = std::path::absolute(dir).context("the sweep folder's path")?;
-    let logs = dir.join("logs");
+    // Each task starts in this folder and names the sweep as it was named here, so its runs'
+    // pages carry the titles a local sweep gives them.
+    let cwd = std::env::current_dir().context("the current folder")?;
+    let logs = std::path::absolute(dir)
+        .context("the sweep folder's path")?
+        .join("logs");
     let mut s = format!(
         "#!/bin/bash\n#SBATCH --job-name=headlab-sweep\n#SBATCH --array=0-{}\n\
-         #SBATCH --cpus-per-task={}\n#SBATCH --output={}/task-%a.out\n",
+         #SBATCH --cpus-per-task={}\n#SBATCH --chdir={}\n#SBATCH --output={}/task-%a.out\n",
         n - 1,
         args.cpus_per_task.unwrap_or(2),
+        cwd.display(),
         logs.display()
     );
     if let Some(p) = &args.partition {
