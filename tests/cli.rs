@@ -817,3 +817,37 @@ fn training_into_a_log_prints_progress_lines_with_the_recorded_losses() {
         assert!(line.ends_with(" s"), "{line}");
     }
 }
+
+/// `train.precision = "bf16"` trains with bf16 products where the CPU has AVX512-BF16 (says
+/// so; its val losses are near f32's but not equal: the products really changed) and is
+/// refused with the instruction set named, nothing written, where it does not.
+#[test]
+fn bf16_precision_trains_near_f32_or_is_refused_naming_the_instructions() {
+    let dir = tempfile::tempdir().unwrap();
+    train(dir.path(), "f32", &[]);
+    let mut args = vec!["train", "--out", "bf16"];
+    args.extend_from_slice(&TINY);
+    args.extend_from_slice(&["--set", "train.precision=bf16"]);
+    let out = headlab(&args, dir.path());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !headlab_kernels::bf16::supported() {
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("AVX512-BF16"), "{stderr}");
+        assert!(!dir.path().join("bf16").exists());
+        return;
+    }
+    ok(&out);
+    assert!(stderr.contains("products in bf16"), "{stderr}");
+    let (a, b) = (
+        val_losses(&dir.path().join("f32")),
+        val_losses(&dir.path().join("bf16")),
+    );
+    assert_eq!(a.len(), b.len());
+    assert_ne!(a, b);
+    // Before any update only the forward's rounding differs: bf16's 2^-8 on each operand,
+    // averaged over the loss's tokens. Updates then take the two runs apart, as any change of
+    // rounding does in training, but not far in a few steps.
+    assert!((a[0] - b[0]).abs() < 1e-3 * a[0], "{a:?} vs {b:?}");
+    let (last_a, last_b) = (a[a.len() - 1], b[b.len() - 1]);
+    assert!((last_a - last_b).abs() < 0.05 * last_a, "{a:?} vs {b:?}");
+}

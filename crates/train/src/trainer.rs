@@ -675,6 +675,13 @@ fn announce(
     if let Some(adapter) = headlab_kernels::adapter_name(device) {
         crate::log_line!("{backend}: adapter {adapter}");
     }
+    // `train` runs the whole run inside the config's precision.
+    if headlab_kernels::precision() == headlab_kernels::Precision::Bf16 {
+        crate::log_line!(
+            "{backend}: the linear layers' products in bf16 (train.precision), everything else \
+             in f32"
+        );
+    }
     if backend == BackendKind::Wgpu && !resuming {
         crate::log_line!(
             "wgpu: the first step compiles and tunes its kernels (seconds to a minute)"
