@@ -286,6 +286,24 @@ fn the_slurm_launcher_writes_one_array_task_per_run() {
     assert!(!dir.path().join("one").exists());
 }
 
+/// Polls `headlab sweep OUT --status` until its `n` runs are done: a failed task, or ten
+/// minutes, fails the test with the status.
+fn wait_until_done(out: &str, n: usize, dir: &Path) {
+    let started = Instant::now();
+    loop {
+        let status = ok(&headlab(&["sweep", out, "--status"], dir));
+        if status.ends_with(&format!("{n} of {n} done\n")) {
+            return;
+        }
+        assert!(!status.contains("failed"), "{status}");
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "the Slurm sweep {out} did not finish in 10 minutes:\n{status}"
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
+}
+
 /// On a real Slurm (`.ci/run` starts a one-node cluster): the 4-run sweep submitted as an
 /// array finishes, and its results and run folders equal the local launcher's, digit for
 /// digit (checkpoints byte for byte), apart from timings; and lab syntax's and lab
@@ -313,19 +331,7 @@ fn a_sweep_on_slurm_equals_the_local_one() {
         &["--launcher", "slurm", "--cpus-per-task", "1"],
         dir.path(),
     ));
-    let started = Instant::now();
-    loop {
-        let status = ok(&headlab(&["sweep", "slurm", "--status"], dir.path()));
-        if status.ends_with("4 of 4 done\n") {
-            break;
-        }
-        assert!(!status.contains("failed"), "{status}");
-        assert!(
-            started.elapsed() < Duration::from_secs(600),
-            "the Slurm sweep did not finish in 10 minutes:\n{status}"
-        );
-        std::thread::sleep(Duration::from_secs(2));
-    }
+    wait_until_done("slurm", 4, dir.path());
     ok(&headlab(&["sweep", "slurm", "--collect"], dir.path()));
     let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
     assert_eq!(
@@ -386,12 +392,7 @@ fn a_sweep_on_slurm_equals_the_local_one() {
         ),
         dir.path(),
     ));
-    let started = Instant::now();
-    while !ok(&headlab(&["sweep", "lab-slurm", "--status"], dir.path())).ends_with("2 of 2 done\n")
-    {
-        assert!(started.elapsed() < Duration::from_secs(600));
-        std::thread::sleep(Duration::from_secs(2));
-    }
+    wait_until_done("lab-slurm", 2, dir.path());
     ok(&headlab(&lab("lab-slurm", &["--resume"]), dir.path()));
     let summary = |out: &str| -> String {
         read(&format!("{out}/summary.md"))
@@ -436,12 +437,7 @@ fn a_sweep_on_slurm_equals_the_local_one() {
         ),
         dir.path(),
     ));
-    let started = Instant::now();
-    while !ok(&headlab(&["sweep", "sym-slurm", "--status"], dir.path())).ends_with("6 of 6 done\n")
-    {
-        assert!(started.elapsed() < Duration::from_secs(600));
-        std::thread::sleep(Duration::from_secs(2));
-    }
+    wait_until_done("sym-slurm", 6, dir.path());
     let measured = headlab(&symmetry("sym-slurm", &["--resume"]), dir.path());
     ok(&measured);
     let log = String::from_utf8_lossy(&measured.stderr);
