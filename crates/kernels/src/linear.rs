@@ -43,7 +43,7 @@ pub fn linear(
             .enumerate()
             .for_each(|(i, y)| {
                 let lhs = x_rows(i * per_task, y.len() / d_out);
-                bf16::matmul_packed(y, d_out, lhs, &w, 1.0, true)
+                bf16::matmul_packed(y, d_out, lhs, &w, 1.0, b.is_some())
             });
         return y;
     }
