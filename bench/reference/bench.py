@@ -9,9 +9,10 @@ writes the matmul peak, the attention op (causal `scaled_dot_product_attention`)
 and forward+backward, and with --recipe-data the nanoGPT CPU recipe end to end;
 
     python bench/reference/bench.py step --shape SHAPE [--threads N] [--device cpu|cuda]
-        [--modes eager,fused,compile] [--quick] --out FILE
+        [--modes eager,fused,compile,fused-bf16,compile-bf16] [--quick] --out FILE
 
-times one training step of gpt.py's model in each PyTorch mode, one after the other. The
+times one training step of gpt.py's model in each PyTorch mode, one after the other (the
+`-bf16` modes under bf16 autocast). The
 headlab bench calls it once per round, between rounds of its own columns, so the two sides
 alternate;
 
@@ -154,17 +155,23 @@ def attention(b, h, d_k, t, backward, warm, meas):
 def step_fn(config, batch, mode, device="cpu"):
     """One training step as nanoGPT's loop takes it: loss, backward, clip at 1, AdamW. On
     CUDA the step ends with a synchronize, as headlab's ends with the device's sync, so the
-    timer sees the work and not only its launch. f32 throughout (TF32 stays as torch
-    defaults it: off for matmul)."""
+    timer sees the work and not only its launch. A mode ending in `-bf16` runs the loss under
+    `torch.autocast(device, torch.bfloat16)`, as a PyTorch user turns bf16 on (weights,
+    gradients and AdamW stay f32; the backward follows the forward's casts); the others are
+    f32 throughout (TF32 stays as torch defaults it: off for matmul)."""
+    base, bf16 = mode.removesuffix("-bf16"), mode.endswith("-bf16")
+    if base not in ("eager", "fused", "compile"):
+        raise ValueError(f"unknown mode {mode!r}")
     torch.manual_seed(1337)
     model = Gpt(config).to(device)
     ids = torch.randint(0, config.vocab_size, (batch, config.block_size), device=device)
     targets = torch.randint(0, config.vocab_size, (batch, config.block_size), device=device)
-    opt = adamw(model, 1e-3, (0.9, 0.99), 0.1, fused=mode in ("fused", "compile"))
-    loss_of = torch.compile(model.loss) if mode == "compile" else model.loss
+    opt = adamw(model, 1e-3, (0.9, 0.99), 0.1, fused=base in ("fused", "compile"))
+    loss_of = torch.compile(model.loss) if base == "compile" else model.loss
 
     def step():
-        loss = loss_of(ids, targets)
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=bf16):
+            loss = loss_of(ids, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -259,7 +266,7 @@ def main():
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default="torch.json")
     p.add_argument("--shape", choices=sorted(SHAPES), default="recipe")
-    p.add_argument("--modes", default="eager,fused,compile")
+    p.add_argument("--modes", default="eager,fused,compile,fused-bf16,compile-bf16")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--recipe-data", default=None)
     p.add_argument("--recipe-iters", type=int, default=2000)

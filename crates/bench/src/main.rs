@@ -64,7 +64,8 @@ struct Args {
     #[arg(long)]
     torch_json: Option<PathBuf>,
     /// The Python of a venv with torch: the training step section then runs PyTorch's
-    /// columns (eager, fused AdamW, torch.compile) in rounds alternating with headlab's.
+    /// columns (eager, fused AdamW, torch.compile, and the last two under bf16 autocast) in
+    /// rounds alternating with headlab's.
     #[arg(long)]
     torch_python: Option<PathBuf>,
     /// The PyTorch reference's script.
@@ -88,6 +89,9 @@ struct Args {
     /// headlab columns, run in a process of its own so its thread count can differ).
     #[arg(long, hide = true)]
     step_worker: Option<String>,
+    /// Internal: the step worker also times flex with its linear products in bf16.
+    #[arg(long, hide = true)]
+    step_bf16: bool,
     /// Sections to run (all when empty): attention, heads, train_step, generation, recipe.
     /// The matmul peak always runs.
     #[arg(long, value_delimiter = ',')]
@@ -547,7 +551,10 @@ fn bench() {
     if let Some(name) = &args.step_worker {
         let shape = step::Shape::by_name(name)
             .unwrap_or_else(|| panic!("--step-worker {name}: not a shape of step.rs"));
-        println!("{}", step::worker(&shape, &args.backends, quick));
+        println!(
+            "{}",
+            step::worker(&shape, &args.backends, args.step_bf16, quick)
+        );
         return;
     }
     // Read the reference first: a bad file must not cost a finished run.
@@ -654,7 +661,8 @@ fn bench() {
 }
 
 /// What the training step comparison runs: the available backends (and flex-burn beside
-/// flex, Burn's stock ops as a floor), at 1 thread and every core.
+/// flex, Burn's stock ops as a floor; flex in bf16 where the CPU has AVX512-BF16), at 1
+/// thread and every core.
 fn step_plan(args: &Args, out: &Value) -> step::Plan {
     let mut backends: Vec<BackendKind> = args
         .backends
@@ -690,6 +698,7 @@ fn step_plan(args: &Args, out: &Value) -> step::Plan {
         shapes,
         threads,
         rounds: args.rounds.unwrap_or(if args.quick { 2 } else { 3 }),
+        bf16: backends.contains(&BackendKind::Flex) && headlab_kernels::bf16::supported(),
         backends,
         torch_python: args.torch_python.clone(),
         torch_script: args.torch_script.clone(),

@@ -223,9 +223,14 @@ pub fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
     (median, v[0], v[n - 1])
 }
 
-/// PyTorch's columns the headlab columns are compared with; the last is the faster of fused
-/// AdamW and torch.compile in each round, PyTorch at its best.
+/// PyTorch at its best: in each round, the fastest of its columns, f32 and bf16 autocast.
 const TORCH_BEST: &str = "torch best";
+
+/// Whether a column's products run in bf16 (flex-bf16, PyTorch's autocast modes): its MFU
+/// divides by the bf16 peak.
+fn is_bf16(column: &str) -> bool {
+    column.ends_with("-bf16")
+}
 
 /// Each round's median of `column`, by round number.
 fn round_medians(step: &Value, shape: &str, threads: u64, column: &str) -> Vec<(u64, f64)> {
@@ -239,15 +244,22 @@ fn round_medians(step: &Value, shape: &str, threads: u64, column: &str) -> Vec<(
     if column != TORCH_BEST {
         return of(column);
     }
-    let (fused, compiled) = (of("torch fused"), of("torch compile"));
+    let mut torch: Vec<String> = Vec::new();
+    for r in rows.clone() {
+        let c = r["column"].as_str().unwrap_or("");
+        if c.starts_with("torch ") && !torch.iter().any(|t| t == c) {
+            torch.push(c.to_string());
+        }
+    }
+    let columns: Vec<Vec<(u64, f64)>> = torch.iter().map(|c| of(c)).collect();
     let rounds = step["rounds"].as_u64().unwrap_or(0);
     (1..=rounds)
         .filter_map(|round| {
-            let at = |v: &[(u64, f64)]| v.iter().find(|(r, _)| *r == round).map(|p| p.1);
-            match (at(&fused), at(&compiled)) {
-                (Some(a), Some(b)) => Some((round, a.min(b))),
-                (a, b) => a.or(b).map(|m| (round, m)),
-            }
+            let best = columns
+                .iter()
+                .filter_map(|v| v.iter().find(|(r, _)| *r == round).map(|p| p.1))
+                .min_by(f64::total_cmp)?;
+            Some((round, best))
         })
         .collect()
 }
@@ -289,32 +301,56 @@ fn train_step_section(out: &Value) -> String {
         .flatten()
         .filter_map(|p| Some((p["threads"].as_u64()?, p["gflops"].as_f64()?)))
         .collect();
-    let peak_of = |n: u64| peaks.iter().find(|p| p.0 == n).map_or(f64::NAN, |p| p.1);
-    // On a GPU machine the accelerator's columns divide by its published peak instead.
+    let bf16_peaks: Vec<(u64, f64)> = step["bf16_peak"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| Some((p["threads"].as_u64()?, p["gflops"].as_f64()?)))
+        .collect();
+    let of =
+        |peaks: &[(u64, f64)], n: u64| peaks.iter().find(|p| p.0 == n).map_or(f64::NAN, |p| p.1);
+    // On a GPU machine the accelerator's columns divide by its published fp32 peak instead
+    // (its bf16 columns get no MFU: that peak is not theirs).
     let device_peak = out["device_peak"]["gflops"].as_f64();
     let torch_on_device = step["torch_device"].as_str().is_some_and(|d| d != "cpu");
     let on_device = |c: &str| c == "wgpu" || (torch_on_device && c.starts_with("torch "));
     let peak_for = |n: u64, c: &str| match device_peak {
+        Some(_) if on_device(c) && is_bf16(c) => f64::NAN,
         Some(g) if on_device(c) => g,
-        _ => peak_of(n),
+        _ if is_bf16(c) => of(&bf16_peaks, n),
+        _ => of(&peaks, n),
     };
-    let peak_text: Vec<String> = peaks
-        .iter()
-        .map(|(n, g)| format!("{g:.0} GFLOP/s on {n} thread(s)"))
-        .collect();
+    let peak_text = |peaks: &[(u64, f64)]| {
+        peaks
+            .iter()
+            .map(|(n, g)| format!("{g:.0} GFLOP/s on {n} thread(s)"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     s += &format!(
         "{} rounds. In each round every column runs once: headlab's backends in a worker \
-         process, then PyTorch's modes in bench/reference/bench.py (eager: default AdamW; \
-         fused: `AdamW(fused=True)`; compile: `torch.compile` of model and loss with the fused \
-         AdamW). ms: the median over rounds of each round's median step (min-max of the round \
-         medians). MFU: the model's FLOPs (nanoGPT's `6 N + 12 L d T` per token) per second \
-         over the CPU's FMA peak on as many threads, one denominator for every column: a \
-         register-resident FMA loop at {} ({} accumulators), {}.\n",
+         process (flex-bf16: flex with `train.precision = \"bf16\"`), then PyTorch's modes \
+         in bench/reference/bench.py (eager: default AdamW; fused: `AdamW(fused=True)`; \
+         compile: `torch.compile` of model and loss with the fused AdamW; -bf16: the same under \
+         `torch.autocast(\"cpu\", torch.bfloat16)` around the loss). ms: the median over \
+         rounds of each round's median step (min-max of the round medians). MFU: the model's \
+         FLOPs (nanoGPT's `6 N + 12 L d T` per token) per second over the peak of the \
+         column's precision on as many threads: for f32 a register-resident FMA loop at {} \
+         ({} accumulators), {}",
         step["rounds"],
         step["fma"]["isa"].as_str().unwrap_or("?"),
         step["fma"]["accumulators"],
-        peak_text.join(", "),
+        peak_text(&peaks),
     );
+    s += &if bf16_peaks.is_empty() {
+        "; this CPU has no AVX512-BF16, so the bf16 columns get no MFU.\n".to_string()
+    } else {
+        format!(
+            "; for bf16 a register-resident `vdpbf16ps` loop (two multiply-adds per f32 lane), \
+             {}.\n",
+            peak_text(&bf16_peaks)
+        )
+    };
     if let Some(g) = device_peak {
         s += &format!(
             "\nThe wgpu column{} divide{} by the accelerator's published fp32 peak instead: \
@@ -340,7 +376,7 @@ fn train_step_section(out: &Value) -> String {
         let flops = num(&shape["flops_per_step"]);
         s += &format!(
             "\n### {name}: {} ({:.2} GFLOP per step)\n\n| threads | column | ms (min-max over \
-             rounds) | GFLOP/s | MFU (of FMA peak) |\n|---|---|---|---|---|\n",
+             rounds) | GFLOP/s | MFU (of its precision's peak) |\n|---|---|---|---|---|\n",
             shape["config"].as_str().unwrap_or("?"),
             flops / 1e9
         );
@@ -361,10 +397,15 @@ fn train_step_section(out: &Value) -> String {
                         .collect(),
                 );
                 let gflops = flops / (median * 1e-3) / 1e9;
+                let mfu = 100.0 * gflops / peak_for(n, c);
+                let mfu = if mfu.is_finite() {
+                    format!("{mfu:.1}%")
+                } else {
+                    "-".into()
+                };
                 if median.is_finite() {
                     s += &format!(
-                        "| {n} | {c} | {median:.2} ({min:.2}-{max:.2}) | {gflops:.1} | {:.1}% |\n",
-                        100.0 * gflops / peak_for(n, c)
+                        "| {n} | {c} | {median:.2} ({min:.2}-{max:.2}) | {gflops:.1} | {mfu} |\n"
                     );
                 } else {
                     s += &format!("| {n} | {c} | failed, see below | | |\n");
@@ -406,28 +447,37 @@ fn train_step_section(out: &Value) -> String {
                 firsts.join(", ")
             );
         }
-        let torch_cols = ["torch eager", "torch fused", "torch compile", TORCH_BEST];
-        if !columns.iter().any(|c| c.starts_with("torch ")) {
+        let mut torch_cols: Vec<&str> = columns
+            .iter()
+            .map(String::as_str)
+            .filter(|c| c.starts_with("torch "))
+            .collect();
+        if torch_cols.is_empty() {
             continue;
         }
-        s += "\nheadlab / PyTorch, one ratio per round, median (min-max); a range that \
-              crosses 1.0 is level:\n\n| threads | headlab | / eager | / fused | / compile \
-              | / best of fused and compile | verdict |\n|---|---|---|---|---|---|---|\n";
+        let heads: String = torch_cols
+            .iter()
+            .map(|c| format!(" / {} |", c.trim_start_matches("torch ")))
+            .collect();
+        torch_cols.push(TORCH_BEST);
+        s += &format!(
+            "\nheadlab / PyTorch, one ratio per round, median (min-max); a range that crosses \
+             1.0 is level. PyTorch's best is its fastest column in each round, f32 or bf16:\n\n\
+             | threads | headlab |{heads} / PyTorch's best | verdict |\n|{}\n",
+            "---|".repeat(torch_cols.len() + 3)
+        );
         for &n in &threads {
             for ours in columns.iter().filter(|c| !c.starts_with("torch ")) {
                 let cells: Vec<(f64, f64, f64)> = torch_cols
                     .iter()
                     .map(|t| spread(round_ratios(step, name, n, ours, t)))
                     .collect();
-                let best = cells[3];
-                s += &format!(
-                    "| {n} | {ours} | {} | {} | {} | {} | {} |\n",
-                    range_cell(cells[0]),
-                    range_cell(cells[1]),
-                    range_cell(cells[2]),
-                    range_cell(best),
-                    verdict(best.1, best.2),
-                );
+                let best = cells[cells.len() - 1];
+                let ratios: String = cells
+                    .iter()
+                    .map(|&c| format!(" {} |", range_cell(c)))
+                    .collect();
+                s += &format!("| {n} | {ours} |{ratios} {} |\n", verdict(best.1, best.2));
             }
         }
     }
@@ -573,23 +623,67 @@ mod tests {
         assert!(line.contains("Commit unrecorded,"), "{line}");
     }
 
-    /// PyTorch at its best is the faster of fused and compiled in each round, not the faster
-    /// of their medians over rounds.
+    /// A bf16 column's MFU divides by the bf16 peak, an f32 column's by the FMA peak; without a
+    /// bf16 peak (a CPU without AVX512-BF16) the bf16 column gets none.
+    #[test]
+    fn mfu_divides_by_the_peak_of_the_columns_precision() {
+        let row = |column: &str| {
+            json!({ "shape": "recipe", "threads": 1, "round": 1, "column": column,
+                    "timing": { "median_ms": 10.0 } })
+        };
+        let mut out = json!({ "train_step": {
+            "rounds": 1, "threads": [1],
+            "fma": { "isa": "avx512", "accumulators": 12 },
+            "fma_peak": [{ "threads": 1, "gflops": 100.0 }],
+            "bf16_peak": [{ "threads": 1, "gflops": 400.0 }],
+            "shapes": [{ "shape": "recipe", "config": "c", "flops_per_step": 1e9 }],
+            "rows": [row("flex"), row("flex-bf16"), row("torch fused-bf16")],
+        }});
+        let md = train_step_section(&out);
+        // 1e9 FLOP in 10 ms: 100 GFLOP/s, all of the FMA peak and a quarter of the bf16 one.
+        assert!(
+            md.contains("| 1 | flex | 10.00 (10.00-10.00) | 100.0 | 100.0% |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 1 | flex-bf16 | 10.00 (10.00-10.00) | 100.0 | 25.0% |"),
+            "{md}"
+        );
+        assert!(md.contains("| 1 | torch fused-bf16 | 10.00 (10.00-10.00) | 100.0 | 25.0% |"));
+        out["train_step"]["bf16_peak"] = json!([]);
+        let md = train_step_section(&out);
+        assert!(
+            md.contains("| 1 | flex-bf16 | 10.00 (10.00-10.00) | 100.0 | - |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 1 | flex | 10.00 (10.00-10.00) | 100.0 | 100.0% |"),
+            "{md}"
+        );
+    }
+
+    /// PyTorch at its best is its fastest column in each round, f32 or bf16, not the fastest
+    /// of their medians over rounds; a round where a column failed takes the others.
     #[test]
     fn pytorch_at_its_best_is_taken_round_by_round() {
         let row = |column: &str, round: u64, ms: f64| {
             json!({ "shape": "recipe", "threads": 1, "round": round, "column": column,
                     "timing": { "median_ms": ms } })
         };
-        let step = json!({ "rounds": 2, "rows": [
+        let step = json!({ "rounds": 3, "rows": [
             row("flex", 1, 8.0), row("torch fused", 1, 10.0), row("torch compile", 1, 16.0),
+            row("torch fused-bf16", 1, 11.0),
             row("flex", 2, 12.0), row("torch fused", 2, 20.0), row("torch compile", 2, 10.0),
+            row("torch fused-bf16", 2, 13.0),
+            row("flex", 3, 9.0), row("torch fused", 3, 20.0), row("torch fused-bf16", 3, 9.0),
+            json!({ "shape": "recipe", "threads": 1, "round": 3, "column": "torch compile",
+                    "error": "failed" }),
         ]});
         let best = round_medians(&step, "recipe", 1, TORCH_BEST);
-        assert_eq!(best, vec![(1, 10.0), (2, 10.0)]);
+        assert_eq!(best, vec![(1, 10.0), (2, 10.0), (3, 9.0)]);
         assert_eq!(
             round_ratios(&step, "recipe", 1, "flex", TORCH_BEST),
-            vec![0.8, 1.2]
+            vec![0.8, 1.2, 1.0]
         );
         let (median, min, max) = spread(round_ratios(&step, "recipe", 1, "flex", TORCH_BEST));
         assert!((median - 1.0).abs() < 1e-12 && min == 0.8 && max == 1.2);

@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use burn::optim::GradientsParams;
 use burn::tensor::{Device, Int, Tensor, TensorData};
-use headlab_kernels::BackendKind;
+use headlab_kernels::{BackendKind, Precision, with_precision};
 use headlab_model::{Gpt, GptConfig, cross_entropy};
 use headlab_train::optim::{Optimizer, OptimizerConfig, global_grad_norm};
 use serde_json::{Value, json};
@@ -195,51 +195,71 @@ fn tokens(b: usize, t: usize, vocab: usize, seed: u64, device: &Device) -> Tenso
 }
 
 /// The first step's milliseconds and the step's timings on `backend`, as `headlab train` takes
-/// a step: loss, backward, global norm clipped at 1, AdamW.
-fn time_step(shape: &Shape, backend: BackendKind, rule: &Rule) -> Result<(f64, Vec<f64>), String> {
+/// a step: loss, backward, global norm clipped at 1, AdamW; the linear layers' products in
+/// `precision` (`train.precision`).
+fn time_step(
+    shape: &Shape,
+    backend: BackendKind,
+    precision: Precision,
+    rule: &Rule,
+) -> Result<(f64, Vec<f64>), String> {
     let device = backend.device().map_err(|e| e.to_string())?;
-    headlab_kernels::with_kernels(backend.kernels(), || {
-        let ad = device.clone().autodiff();
-        ad.seed(1337);
-        let model = Gpt::new(&shape.config(), &ad).map_err(|e| e.to_string())?;
-        let (b, t) = (shape.batch, shape.block_size);
-        let v = shape.vocab;
-        let (x, y) = (tokens(b, t, v, 1, &ad), tokens(b, t, v, 2, &ad));
-        let mut optim = Optimizer::new(OptimizerConfig {
-            beta1: 0.9,
-            beta2: 0.99,
-            eps: 1e-8,
-            weight_decay: 0.1,
-            muon: None,
-        });
-        let mut slot = Some(model);
-        // As `headlab train` runs its loop.
-        let _keep_pages = headlab_kernels::memory::KeepFreedPages::new();
-        Ok(rule.measure_first(|| {
-            let model = slot.take().expect("model");
-            let loss = cross_entropy(model.forward(x.clone()), y.clone(), None);
-            let grads = GradientsParams::from_grads(loss.backward(), &model);
-            let norm = global_grad_norm(&model, &grads);
-            let scale = if norm > 1.0 { 1.0 / (norm + 1e-6) } else { 1.0 };
-            slot = Some(optim.step(model, &grads, 1e-3, scale));
-            ad.sync().expect("device sync");
-        }))
+    let kernels = backend.kernels();
+    headlab_kernels::with_kernels(kernels, || {
+        with_precision(precision, || {
+            let ad = device.clone().autodiff();
+            ad.seed(1337);
+            let model = Gpt::new(&shape.config(), &ad).map_err(|e| e.to_string())?;
+            let (b, t) = (shape.batch, shape.block_size);
+            let v = shape.vocab;
+            let (x, y) = (tokens(b, t, v, 1, &ad), tokens(b, t, v, 2, &ad));
+            let mut optim = Optimizer::new(OptimizerConfig {
+                beta1: 0.9,
+                beta2: 0.99,
+                eps: 1e-8,
+                weight_decay: 0.1,
+                muon: None,
+            });
+            let mut slot = Some(model);
+            // As `headlab train` runs its loop.
+            let _keep_pages = headlab_kernels::memory::KeepFreedPages::new();
+            Ok(rule.measure_first(|| {
+                let model = slot.take().expect("model");
+                let loss = cross_entropy(model.forward(x.clone()), y.clone(), None);
+                let grads = GradientsParams::from_grads(loss.backward(), &model);
+                let norm = global_grad_norm(&model, &grads);
+                let scale = if norm > 1.0 { 1.0 / (norm + 1e-6) } else { 1.0 };
+                slot = Some(optim.step(model, &grads, 1e-3, scale));
+                ad.sync().expect("device sync");
+            }))
+        })
     })
 }
 
+/// The column of flex with its linear products in bf16 (`train.precision = "bf16"`).
+pub const FLEX_BF16: &str = "flex-bf16";
+
 /// `headlab-bench --step-worker SHAPE`: every backend's step in this process, one after the
-/// other, as `{ "columns": { backend: { timing } or { error } } }`.
-pub fn worker(shape: &Shape, backends: &[BackendKind], quick: bool) -> Value {
+/// other, then with `bf16` flex's in bf16 ([`FLEX_BF16`]), as `{ "columns": { column: {
+/// timing } or { error } } }`.
+pub fn worker(shape: &Shape, backends: &[BackendKind], bf16: bool, quick: bool) -> Value {
     let rule = Rule::new(shape, quick);
+    let mut runs: Vec<(String, BackendKind, Precision)> = backends
+        .iter()
+        .map(|&b| (b.to_string(), b, Precision::F32))
+        .collect();
+    if bf16 {
+        runs.push((FLEX_BF16.into(), BackendKind::Flex, Precision::Bf16));
+    }
     let mut columns = serde_json::Map::new();
-    for &backend in backends {
-        let cell = match time_step(shape, backend, &rule) {
+    for (column, backend, precision) in runs {
+        let cell = match time_step(shape, backend, precision, &rule) {
             Ok((first_ms, ms)) => {
                 json!({ "timing": crate::timing(&ms), "ms": ms, "first_ms": first_ms })
             }
             Err(e) => json!({ "error": e }),
         };
-        columns.insert(backend.to_string(), cell);
+        columns.insert(column, cell);
     }
     json!({ "columns": columns })
 }
@@ -250,6 +270,9 @@ pub struct Plan {
     pub threads: Vec<usize>,
     pub rounds: usize,
     pub backends: Vec<BackendKind>,
+    /// Whether headlab's columns include flex in bf16 ([`FLEX_BF16`]; where the CPU has
+    /// AVX512-BF16).
+    pub bf16: bool,
     /// The Python of a venv with torch; PyTorch's columns are left out without it.
     pub torch_python: Option<PathBuf>,
     pub torch_script: PathBuf,
@@ -259,8 +282,10 @@ pub struct Plan {
 }
 
 /// PyTorch's modes, each a column: eager with the default (foreach) AdamW, eager with
-/// `fused=True`, and `torch.compile` of the model and loss with the fused AdamW.
-pub const TORCH_MODES: [&str; 3] = ["eager", "fused", "compile"];
+/// `fused=True`, and `torch.compile` of the model and loss with the fused AdamW; then the
+/// last two under `torch.autocast(device, torch.bfloat16)` around the loss, what a PyTorch
+/// user turns on for bf16.
+pub const TORCH_MODES: [&str; 5] = ["eager", "fused", "compile", "fused-bf16", "compile-bf16"];
 
 /// Runs a command and parses the JSON it leaves: on stdout, or in `out` when given.
 fn run_json(cmd: &mut Command, out: Option<&Path>) -> Result<Value, String> {
@@ -283,7 +308,8 @@ fn run_json(cmd: &mut Command, out: Option<&Path>) -> Result<Value, String> {
 /// The interleaved comparison: for every shape and thread count, `rounds` rounds of headlab's
 /// backends (a worker process with `RAYON_NUM_THREADS`) then PyTorch's modes (bench.py with
 /// `--threads`). Rows are `{shape, threads, round, column, timing | error}`; the FMA peak of
-/// each thread count is the MFU denominator of every column.
+/// each thread count is the MFU denominator of the f32 columns, the bf16 peak of the bf16
+/// ones.
 // Over 80 lines on purpose: the interleaved rounds: kept together so the round order that makes the timings fair is visible in one place.
 pub fn compare(plan: &Plan, scratch: &Path) -> Value {
     let isa = Isa::detect();
@@ -334,6 +360,13 @@ pub fn compare(plan: &Plan, scratch: &Path) -> Value {
                 if plan.quick {
                     cmd.arg("--quick");
                 }
+                if plan.bf16 {
+                    cmd.arg("--step-bf16");
+                }
+                let mut ours = backends.clone();
+                if plan.bf16 {
+                    ours.push(FLEX_BF16.into());
+                }
                 match run_json(&mut cmd, None) {
                     Ok(v) => cells.extend(
                         v["columns"]
@@ -342,9 +375,7 @@ pub fn compare(plan: &Plan, scratch: &Path) -> Value {
                             .flatten()
                             .map(|(k, c)| (k.clone(), c.clone())),
                     ),
-                    Err(e) => {
-                        cells.extend(backends.iter().map(|b| (b.clone(), json!({ "error": e }))))
-                    }
+                    Err(e) => cells.extend(ours.iter().map(|b| (b.clone(), json!({ "error": e })))),
                 }
                 if let Some(python) = &plan.torch_python {
                     let out = scratch.join(format!("step-{}-{threads}-{round}.json", shape.name));

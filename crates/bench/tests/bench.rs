@@ -18,8 +18,8 @@ fn quick_bench_writes_every_section_and_ratios_against_a_reference() {
     });
     std::fs::write(dir.join("torch.json"), torch.to_string()).unwrap();
     // A stand-in for bench.py's step task: eager takes 10 ms in its first round and 20 in its
-    // second (a count in a file), fused 5 ms, and compile fails, as it may on a machine
-    // without a C++ compiler.
+    // second (a count in a file), fused 5 ms, fused under bf16 autocast 4 ms, and both compile
+    // modes fail, as they may on a machine without a C++ compiler.
     let python = dir.join("python");
     std::fs::write(
         &python,
@@ -33,7 +33,9 @@ cat > "$out" <<END
   "config": "  - BLAS_INFO=stand-in-blas", "parallel_info": "ATen parallel backend: OpenMP"},
  "steps": {"eager": {"timing": {"median_ms": $((n * 10)), "min_ms": 1, "max_ms": 30, "samples": 3}},
            "fused": {"timing": {"median_ms": 5.0, "min_ms": 5.0, "max_ms": 5.0, "samples": 3}},
-           "compile": {"error": "stand-in: no compiler"}}}
+           "compile": {"error": "stand-in: no compiler"},
+           "fused-bf16": {"timing": {"median_ms": 4.0, "min_ms": 4.0, "max_ms": 4.0, "samples": 3}},
+           "compile-bf16": {"error": "stand-in: no compiler"}}}
 END
 "#,
     )
@@ -136,8 +138,8 @@ END
         md.contains("Failed: torch compile, 1 thread(s): stand-in: no compiler"),
         "{md}"
     );
-    // headlab / PyTorch per round: against eager the rounds differ (10 then 20 ms); the best
-    // of fused and compile is fused where compile failed.
+    // headlab / PyTorch per round: against eager the rounds differ (10 then 20 ms); PyTorch's
+    // best is fused in bf16, its fastest column in each round, where compile failed.
     let ratios = |theirs: &dyn Fn(u64) -> f64| -> (f64, f64, f64) {
         let r: Vec<f64> = [1, 2]
             .iter()
@@ -148,16 +150,17 @@ END
     };
     let (m_e, lo_e, hi_e) = ratios(&|k| 10.0 * k as f64);
     let (m_f, lo_f, hi_f) = ratios(&|_| 5.0);
-    let verdict = if hi_f < 1.0 {
+    let (m_b, lo_b, hi_b) = ratios(&|_| 4.0);
+    let verdict = if hi_b < 1.0 {
         "headlab faster"
-    } else if lo_f > 1.0 {
+    } else if lo_b > 1.0 {
         "headlab slower"
     } else {
         "level"
     };
     let row = format!(
         "| 1 | flex | {m_e:.2} ({lo_e:.2}-{hi_e:.2}) | {m_f:.2} ({lo_f:.2}-{hi_f:.2}) | - | \
-         {m_f:.2} ({lo_f:.2}-{hi_f:.2}) | {verdict} |"
+         {m_b:.2} ({lo_b:.2}-{hi_b:.2}) | - | {m_b:.2} ({lo_b:.2}-{hi_b:.2}) | {verdict} |"
     );
     assert!(md.contains(&row), "{row} missing:\n{md}");
     // MFU: the model's FLOPs over the median of the round medians, against the FMA peak of
@@ -170,6 +173,25 @@ END
         100.0 * fused_gflops / peak
     );
     assert!(md.contains(&fused_row), "{fused_row} missing:\n{md}");
+    // The bf16 autocast column divides by the bf16 peak where the CPU has one (and flex-bf16,
+    // flex with its products in bf16, runs beside flex there), and gets no MFU elsewhere.
+    let bf16_gflops = flops / (4.0 * 1e-3) / 1e9;
+    let bf16_mfu = match step["bf16_peak"][0]["gflops"].as_f64() {
+        Some(peak) => {
+            assert_eq!(step["bf16_peak"][0]["threads"], 1);
+            for round in [1, 2] {
+                assert!(median(cell("flex-bf16", round)) > 0.0, "{step}");
+            }
+            format!("{:.1}%", 100.0 * bf16_gflops / peak)
+        }
+        None => {
+            assert!(!rows.iter().any(|r| r["column"] == "flex-bf16"), "{step}");
+            "-".to_string()
+        }
+    };
+    let bf16_row =
+        format!("| 1 | torch fused-bf16 | 4.00 (4.00-4.00) | {bf16_gflops:.1} | {bf16_mfu} |");
+    assert!(md.contains(&bf16_row), "{bf16_row} missing:\n{md}");
     assert!(md.contains("- BLAS_INFO=stand-in-blas"), "{md}");
     assert!(
         report["recipe"]["skipped"]
