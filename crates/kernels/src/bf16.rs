@@ -10,7 +10,10 @@
 //! half (an odd `k` and the last panel's missing columns are zeros). `A` goes into panels of
 //! [`MR`] rows the same way, `A[i, 2p]` low and `A[i, 2p + 1]` high. The kernel broadcasts
 //! one row's pair of `A` against the pairs of 16 columns of `B`: `vdpbf16ps` adds
-//! `A[i,2p] B[2p,j] + A[i,2p+1] B[2p+1,j]` into lane `j`.
+//! `A[i,2p] B[2p,j] + A[i,2p+1] B[2p+1,j]` into lane `j`. Where the CPU has the instructions,
+//! packing converts 32 values per `vcvtne2ps2bf16` (denormal inputs become zeros there, as
+//! `vdpbf16ps` takes them anyway); one value at a time by [`to_bf16`] elsewhere: at the
+//! recipe's shape the scalar packing cost a third of the bf16 step.
 
 use rayon::prelude::*;
 
@@ -62,7 +65,9 @@ pub fn supported() -> bool {
     {
         static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
         *HAS.get_or_init(|| {
-            std::is_x86_feature_detected!("avx512f") && std::is_x86_feature_detected!("avx512bf16")
+            std::is_x86_feature_detected!("avx512f")
+                && std::is_x86_feature_detected!("avx512bw")
+                && std::is_x86_feature_detected!("avx512bf16")
         })
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -76,49 +81,171 @@ pub(crate) struct PackedB {
     n: usize,
 }
 
+/// What one panel packs: `lanes` runs (rows of `A`, columns of `B`) of `k` values each,
+/// value `c` of run `j` at `data[j * sj + c * sc]`.
+#[derive(Clone, Copy)]
+struct Runs<'a> {
+    data: &'a [f32],
+    lanes: usize,
+    k: usize,
+    sj: usize,
+    sc: usize,
+}
+
+/// Packs `runs` into `out` (`k_pairs * width`): `out[p * width + j]` is the pair of values
+/// `2p` and `2p + 1` of run `j`, zeros past `k` and past the last run.
+fn pack_panel(runs: Runs, width: usize, out: &mut [u32]) {
+    let k_pairs = runs.k.div_ceil(2);
+    assert!(runs.lanes <= width && out.len() >= k_pairs * width);
+    if runs.lanes == 0 || runs.k == 0 {
+        out[..k_pairs * width].fill(0);
+        return;
+    }
+    assert!(
+        (runs.lanes - 1) * runs.sj + (runs.k - 1) * runs.sc < runs.data.len(),
+        "bf16 packing: the view runs past its data"
+    );
+    #[cfg(target_arch = "x86_64")]
+    if supported() && !crate::toggle::mutated(crate::Mutation::Bf16Truncate) {
+        // SAFETY: `supported` found the instructions; the bounds are checked above.
+        #[allow(unsafe_code)]
+        unsafe {
+            if runs.sc == 1 {
+                return pack_along_k(runs, width, out);
+            }
+            if runs.sj == 1 {
+                return pack_across_lanes(runs, width, out);
+            }
+        }
+    }
+    let pair = packer();
+    let at = |j: usize, c: usize| {
+        if j < runs.lanes && c < runs.k {
+            runs.data[j * runs.sj + c * runs.sc]
+        } else {
+            0.0
+        }
+    };
+    for p in 0..k_pairs {
+        for j in 0..width {
+            out[p * width + j] = pair(at(j, 2 * p), at(j, 2 * p + 1));
+        }
+    }
+}
+
+/// The first `n` (at most 16) lanes.
+#[cfg(target_arch = "x86_64")]
+fn lanes_mask(n: usize) -> u16 {
+    if n >= 16 { u16::MAX } else { (1u16 << n) - 1 }
+}
+
+/// [`pack_panel`] for runs contiguous along `k` (`sc == 1`): 32 values of a run are 16 pairs
+/// in order, one `vcvtne2ps2bf16` (round to nearest even, as [`to_bf16`] but for denormal
+/// inputs, which it takes as zeros as `vdpbf16ps` does anyway), then scattered into their rows.
+///
+/// # Safety
+/// AVX512F, AVX512BW and AVX512-BF16; `runs` in bounds of its data, `out` as [`pack_panel`].
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn pack_along_k(runs: Runs, width: usize, out: &mut [u32]) {
+    use std::arch::x86_64::*;
+    let (k, k_pairs) = (runs.k, runs.k.div_ceil(2));
+    if runs.lanes < width {
+        out[..k_pairs * width].fill(0);
+    }
+    let mut pairs = [0u32; 16];
+    for j in 0..runs.lanes {
+        let run = runs.data[j * runs.sj..].as_ptr();
+        for q in (0..k).step_by(32) {
+            let n = (k - q).min(32);
+            // SAFETY: the masks keep the loads within the run's `k` values, in bounds.
+            unsafe {
+                let lo = _mm512_maskz_loadu_ps(lanes_mask(n), run.wrapping_add(q));
+                let hi = _mm512_maskz_loadu_ps(
+                    lanes_mask(n.saturating_sub(16)),
+                    run.wrapping_add(q + 16),
+                );
+                let packed: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(hi, lo));
+                _mm512_storeu_si512(pairs.as_mut_ptr().cast(), packed);
+            }
+            let p0 = q / 2;
+            for (t, &v) in pairs[..n.div_ceil(2)].iter().enumerate() {
+                out[(p0 + t) * width + j] = v;
+            }
+        }
+    }
+}
+
+/// [`pack_panel`] for runs side by side (`sj == 1`): 16 lanes of values `2p` and `2p + 1` load
+/// as two vectors, convert in one `vcvtne2ps2bf16` and interleave into 16 pairs.
+///
+/// # Safety
+/// As [`pack_along_k`].
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+#[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+unsafe fn pack_across_lanes(runs: Runs, width: usize, out: &mut [u32]) {
+    use std::arch::x86_64::*;
+    let k_pairs = runs.k.div_ceil(2);
+    // Word 2t of the result is word t (the even value), word 2t + 1 word 16 + t (the odd).
+    let order: [i16; 32] = std::array::from_fn(|w| ((w / 2) + 16 * (w % 2)) as i16);
+    let order = unsafe { _mm512_loadu_si512(order.as_ptr().cast()) };
+    let base = runs.data.as_ptr();
+    for p in 0..k_pairs {
+        let (even, odd) = (2 * p, 2 * p + 1);
+        for l in (0..width).step_by(16) {
+            let n = runs.lanes.saturating_sub(l).min(16);
+            // SAFETY: the masks keep the loads within the runs and `k`, in bounds; the store
+            // within row `p` of `out`.
+            unsafe {
+                let e = _mm512_maskz_loadu_ps(lanes_mask(n), base.wrapping_add(even * runs.sc + l));
+                let o_mask = if odd < runs.k { lanes_mask(n) } else { 0 };
+                let o = _mm512_maskz_loadu_ps(o_mask, base.wrapping_add(odd * runs.sc + l));
+                let words: __m512i = std::mem::transmute(_mm512_cvtne2ps_pbh(o, e));
+                let pairs = _mm512_permutexvar_epi16(order, words);
+                _mm512_mask_storeu_epi32(
+                    out.as_mut_ptr().add(p * width + l).cast(),
+                    lanes_mask(width - l),
+                    pairs,
+                );
+            }
+        }
+    }
+}
+
 /// Packs `b` (`k x n`) into [`NR`]-column panels of bf16 pairs, a panel per rayon task.
 pub(crate) fn pack_b(b: View) -> PackedB {
     let (k, n) = (b.rows, b.cols);
     let k_pairs = k.div_ceil(2);
     let panels = n.div_ceil(NR);
     let mut data = vec![0u32; panels * k_pairs * NR];
-    let at = |r: usize, c: usize| {
-        if r < k && c < n {
-            b.data[r * b.rs + c * b.cs]
-        } else {
-            0.0
-        }
-    };
-    let pair = packer();
     data.par_chunks_mut((k_pairs * NR).max(1))
         .enumerate()
         .for_each(|(panel, out)| {
             let c0 = panel * NR;
-            for p in 0..k_pairs {
-                for j in 0..NR {
-                    out[p * NR + j] = pair(at(2 * p, c0 + j), at(2 * p + 1, c0 + j));
-                }
-            }
+            let runs = Runs {
+                data: &b.data[(c0 * b.cs).min(b.data.len())..],
+                lanes: NR.min(n - c0),
+                k,
+                sj: b.cs,
+                sc: b.rs,
+            };
+            pack_panel(runs, NR, out);
         });
     PackedB { data, k_pairs, n }
 }
 
 /// Packs rows `r0..r0 + MR` of `a` (zeros past its last row) into `out` (`k_pairs * MR`).
 fn pack_a(a: View, r0: usize, out: &mut [u32]) {
-    let k_pairs = a.cols.div_ceil(2);
-    let at = |r: usize, c: usize| {
-        if r < a.rows && c < a.cols {
-            a.data[r * a.rs + c * a.cs]
-        } else {
-            0.0
-        }
+    let runs = Runs {
+        data: &a.data[(r0 * a.rs).min(a.data.len())..],
+        lanes: MR.min(a.rows.saturating_sub(r0)),
+        k: a.cols,
+        sj: a.rs,
+        sc: a.cs,
     };
-    let pair = packer();
-    for p in 0..k_pairs {
-        for i in 0..MR {
-            out[p * MR + i] = pair(at(r0 + i, 2 * p), at(r0 + i, 2 * p + 1));
-        }
-    }
+    pack_panel(runs, MR, out);
 }
 
 /// `tile[i * NR + j] = sum_p` of the pair products of `a`'s row `i` and `b`'s column `j`, in
@@ -349,16 +476,23 @@ mod tests {
         ] {
             let a = random(m * k, &mut rng);
             let b = random(k * n, &mut rng);
-            for transposed in [false, true] {
-                // The same matrix a, stored row-major or as the transpose of a [k, m] array.
-                let a_t: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
-                let lhs = if transposed {
+            // The same matrices stored row-major or as the transposes of [k, m] and [n, k]
+            // arrays: every layout the linear layers' products pack from.
+            let a_t: Vec<f32> = (0..k * m).map(|i| a[(i % m) * k + i / m]).collect();
+            let b_t: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+            for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+                let lhs = if ta {
                     View::rows_t(&a_t, k, m)
                 } else {
                     View::rows(&a, m, k)
                 };
+                let rhs = if tb {
+                    View::rows_t(&b_t, n, k)
+                } else {
+                    View::rows(&b, k, n)
+                };
                 let mut c = vec![0f32; m * n];
-                matmul(&mut c, n, lhs, View::rows(&b, k, n), 1.0, false);
+                matmul(&mut c, n, lhs, rhs, 1.0, false);
                 for i in 0..m {
                     for j in 0..n {
                         let (mut exact, mut mass, mut rounded) = (0f64, 0f64, 0f64);
@@ -386,7 +520,7 @@ mod tests {
                 }
                 // `accumulate` adds alpha times the product to what is there.
                 let mut d = vec![1f32; m * n];
-                matmul(&mut d, n, lhs, View::rows(&b, k, n), 0.5, true);
+                matmul(&mut d, n, lhs, rhs, 0.5, true);
                 for (d, c) in d.iter().zip(&c) {
                     assert!((d - (1.0 + 0.5 * c)).abs() <= 1e-6 * (1.0 + c.abs()));
                 }
@@ -409,6 +543,90 @@ mod tests {
                 false,
             );
             assert_eq!(p, c);
+        }
+    }
+
+    /// Every layout a panel is packed from (runs along k or side by side, strided or not;
+    /// odd k, fewer runs than the width) gives, pair by pair, the two values rounded by
+    /// [`to_bf16`] one at a time: exact on bit patterns of every kind but denormals (NaN,
+    /// infinities, ties), which the instruction takes as zeros.
+    #[test]
+    fn panels_pack_every_layout_as_to_bf16_rounds_each_value() {
+        let mut rng = StdRng::seed_from_u64(8);
+        for (lanes, width, k) in [
+            (12, 12, 7),
+            (5, 12, 64),
+            (32, 32, 33),
+            (19, 32, 1),
+            (1, 12, 70),
+        ] {
+            // A `lanes x k` matrix of raw bit patterns, denormals made zeros.
+            let values: Vec<f32> = (0..lanes * k)
+                .map(|_| {
+                    let x = f32::from_bits(rng.random::<u32>());
+                    if x.is_subnormal() { 0.0 } else { x }
+                })
+                .collect();
+            let at = |j: usize, c: usize| {
+                if j < lanes && c < k {
+                    values[j * k + c]
+                } else {
+                    0.0
+                }
+            };
+            let k_pairs = k.div_ceil(2);
+            let expected: Vec<u32> = (0..k_pairs * width)
+                .map(|i| {
+                    let (p, j) = (i / width, i % width);
+                    u32::from(to_bf16(at(j, 2 * p))) | u32::from(to_bf16(at(j, 2 * p + 1))) << 16
+                })
+                .collect();
+            // Runs along k (rows of a row-major A), side by side (its transpose), and both
+            // with a gap of 3 between consecutive values of the other index.
+            let transposed: Vec<f32> = (0..k * lanes)
+                .map(|i| values[(i % lanes) * k + i / lanes])
+                .collect();
+            let gapped: Vec<f32> = (0..lanes * (k + 3))
+                .map(|i| {
+                    let (j, c) = (i / (k + 3), i % (k + 3));
+                    if c < k { values[j * k + c] } else { f32::NAN }
+                })
+                .collect();
+            let side_gapped: Vec<f32> = (0..k * (lanes + 3))
+                .map(|i| {
+                    let (c, j) = (i / (lanes + 3), i % (lanes + 3));
+                    if j < lanes {
+                        values[j * k + c]
+                    } else {
+                        f32::NAN
+                    }
+                })
+                .collect();
+            for (name, data, sj, sc) in [
+                ("along k", &values, k, 1),
+                ("side by side", &transposed, 1, lanes),
+                ("along k, gapped", &gapped, k + 3, 1),
+                ("side by side, gapped", &side_gapped, 1, lanes + 3),
+            ] {
+                let mut out = vec![u32::MAX; k_pairs * width];
+                let runs = Runs {
+                    data,
+                    lanes,
+                    k,
+                    sj,
+                    sc,
+                };
+                pack_panel(runs, width, &mut out);
+                for (i, (got, want)) in out.iter().zip(&expected).enumerate() {
+                    let nan = |h: u32| {
+                        from_bf16(h as u16).is_nan() && from_bf16((h >> 16) as u16).is_nan()
+                    };
+                    assert!(
+                        got == want || (nan(*got) && nan(*want)),
+                        "{name}, {lanes} runs of {k} in {width}: pair {i}: {got:#010x} vs {want:#010x}"
+                    );
+                }
+            }
         }
     }
 
