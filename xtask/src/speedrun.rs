@@ -117,9 +117,15 @@ pub struct SpeedrunArgs {
     /// Where the record goes.
     #[arg(long, default_value = "bench/results")]
     results: PathBuf,
-    /// Train nothing: say whether headlab's and PyTorch's seeds in this record file differ.
+    /// Train nothing: say whether headlab's and PyTorch's seeds in this record file differ
+    /// (with --against, whether its headlab seeds differ from another record's).
     #[arg(long, value_name = "RECORD")]
     compare: Option<PathBuf>,
+    /// With --compare: the record whose headlab seeds --compare's are set against (a
+    /// variant against the config as shipped, bf16 against f32), seed for seed where they
+    /// share seeds.
+    #[arg(long, value_name = "RECORD", requires = "compare")]
+    against: Option<PathBuf>,
     /// Where headlab's seeds train: here, one after another, or as a Slurm job array (one task
     /// per seed, through `headlab sweep --launcher slurm` into --sweep), whose record
     /// `--collect` writes once every task is done.
@@ -318,8 +324,8 @@ fn torch_seed(
 }
 
 /// Whether the two sides differ, in one sentence per loss (issue 45: three seeds could not
-/// say); nothing with fewer than two seeds a side.
-fn compare(ours: &[Seed], theirs: &[Seed]) -> Vec<String> {
+/// say); nothing with fewer than two seeds a side. `names` says whose they are.
+fn compare(ours: &[Seed], theirs: &[Seed], names: (&str, &str)) -> Vec<String> {
     let mut said = Vec::new();
     for (what, pick) in [
         (
@@ -331,14 +337,14 @@ fn compare(ours: &[Seed], theirs: &[Seed]) -> Vec<String> {
         let a: Vec<f64> = ours.iter().filter_map(pick).collect();
         let b: Vec<f64> = theirs.iter().filter_map(pick).collect();
         if a.len() >= 2 && b.len() >= 2 {
-            said.push(stats::verdict(what, &a, &b));
+            said.push(stats::verdict(what, names, &a, &b));
         }
     }
     said
 }
 
-/// `--compare RECORD`: the sentences of [`compare`] for a record file's seeds.
-fn compare_record(path: &Path) -> Result<()> {
+/// A record file's JSON block.
+fn read_record(path: &Path) -> Result<Value> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let json = text
@@ -351,21 +357,66 @@ fn compare_record(path: &Path) -> Result<()> {
                 path.display()
             )
         })?;
-    let record: Value = serde_json::from_str(json)
-        .with_context(|| format!("{}: the json block does not parse", path.display()))?;
-    let seeds = |key: &str| -> Vec<Seed> {
-        record[key]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|s| {
-                        Seed::from_json(s["seed"].as_u64().unwrap_or(0), s, "record").ok()
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+    serde_json::from_str(json)
+        .with_context(|| format!("{}: the json block does not parse", path.display()))
+}
+
+/// A record's seeds under `key` ("seeds": headlab's, "torch": PyTorch's).
+fn record_seeds(record: &Value, key: &str) -> Vec<Seed> {
+    record[key]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| Seed::from_json(s["seed"].as_u64().unwrap_or(0), s, "record").ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `--compare RECORD --against OTHER`: whether two records' headlab seeds differ (the
+/// sentences of [`compare`], named by the records' labels), then seed by seed where both
+/// trained the same seed; the lines to print.
+fn compare_records(path: &Path, other: &Path) -> Result<Vec<String>> {
+    let (a, b) = (read_record(path)?, read_record(other)?);
+    let (sa, sb) = (record_seeds(&a, "seeds"), record_seeds(&b, "seeds"));
+    let name = |r: &Value, p: &Path| {
+        r["label"]
+            .as_str()
+            .map_or_else(|| p.display().to_string(), str::to_string)
     };
-    let said = compare(&seeds("seeds"), &seeds("torch"));
+    let (na, nb) = (name(&a, path), name(&b, other));
+    let said = compare(&sa, &sb, (&format!("{na}'s"), &format!("{nb}'s")));
+    if said.is_empty() {
+        bail!(
+            "{} and {}: fewer than two seeds in one of them: record more with `cargo xtask \
+             speedrun --seeds 1337,1,2,...`",
+            path.display(),
+            other.display()
+        );
+    }
+    let mut lines = said;
+    let pairs: Vec<(u64, f64, f64)> = sa
+        .iter()
+        .filter_map(|x| Some((x.seed, x.val, sb.iter().find(|y| y.seed == x.seed)?.val)))
+        .collect();
+    if !pairs.is_empty() {
+        let lower = pairs.iter().filter(|p| p.1 < p.2).count();
+        lines.push(format!(
+            "\nseed by seed, val loss ({na} - {nb}); {na} lower on {lower} of {} shared seeds:",
+            pairs.len()
+        ));
+        for (seed, x, y) in pairs {
+            lines.push(format!("  {seed}: {x:.4} - {y:.4} = {:+.4}", x - y));
+        }
+    }
+    Ok(lines)
+}
+
+/// `--compare RECORD`: the sentences of [`compare`] for a record file's seeds.
+fn compare_record(path: &Path) -> Result<()> {
+    let record = read_record(path)?;
+    let seeds = |key: &str| record_seeds(&record, key);
+    let said = compare(&seeds("seeds"), &seeds("torch"), ("headlab's", "PyTorch's"));
     if said.is_empty() {
         bail!(
             "{}: fewer than two seeds on a side: record it with `cargo xtask speedrun \
@@ -512,7 +563,10 @@ fn read_sweep(dir: &Path) -> Result<Swept> {
 /// Trains every seed (and PyTorch's side), prints the row, writes the record.
 pub fn speedrun(mut args: SpeedrunArgs) -> Result<()> {
     if let Some(record) = &args.compare {
-        return compare_record(record);
+        return match &args.against {
+            Some(other) => compare_records(record, other).map(|l| println!("{}", l.join("\n"))),
+            None => compare_record(record),
+        };
     }
     let root = root();
     if let Some(dir) = args.collect.clone() {
@@ -625,7 +679,7 @@ fn record(
         );
     }
     // Whether the two sides differ, seed for seed's spread (issue 45: three seeds could not say).
-    let comparison = compare(&ours, &theirs);
+    let comparison = compare(&ours, &theirs, ("headlab's", "PyTorch's"));
     if !comparison.is_empty() {
         table += &format!("\n\n{}", comparison.join("\n\n"));
     }
@@ -725,6 +779,43 @@ mod tests {
         assert_eq!(spread(&seeds, |s| s.val_full, 2), "1.50 (1.50-1.50)");
         let none = |s: &Seed| s.flops.is_finite().then_some(s.flops);
         assert_eq!(spread(&seeds, none, 2), "-");
+    }
+
+    /// Two records' headlab seeds against each other: the sentences name the labels, and
+    /// the shared seeds' differences are each seed's two losses subtracted.
+    #[test]
+    fn two_records_compare_by_label_and_seed_for_seed() {
+        let dir = std::env::temp_dir().join(format!("xtask-compare-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let record = |name: &str, label: &str, vals: &[(u64, f64)]| {
+            let seeds: Vec<Value> = vals
+                .iter()
+                .map(|&(seed, v)| json!({ "seed": seed, "val_loss": v, "train_s": 1.0 }))
+                .collect();
+            let json = json!({ "label": label, "seeds": seeds });
+            let path = dir.join(name);
+            std::fs::write(&path, format!("# record\n\n```json\n{json:#}\n```\n")).unwrap();
+            path
+        };
+        let a = record("a.md", "bf16", &[(1, 1.50), (2, 1.60), (3, 1.52), (9, 1.4)]);
+        let b = record("b.md", "f32", &[(1, 1.51), (2, 1.55), (3, 1.53), (4, 1.5)]);
+        let lines = compare_records(&a, &b).unwrap();
+        assert!(
+            lines[0].starts_with("val loss: bf16's median minus f32's "),
+            "{lines:?}"
+        );
+        // No whole-val losses in these records: one sentence, then the shared seeds 1, 2, 3.
+        assert!(
+            lines[1].contains("bf16 lower on 2 of 3 shared seeds"),
+            "{lines:?}"
+        );
+        assert_eq!(lines[2], "  1: 1.5000 - 1.5100 = -0.0100");
+        assert_eq!(lines[3], "  2: 1.6000 - 1.5500 = +0.0500");
+        assert_eq!(lines.len(), 5);
+        let one = record("c.md", "one", &[(1, 1.5)]);
+        let err = compare_records(&one, &b).unwrap_err().to_string();
+        assert!(err.contains("fewer than two seeds"), "{err}");
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

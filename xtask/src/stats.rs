@@ -96,8 +96,9 @@ pub fn median_difference_interval(a: &[f64], b: &[f64], rounds: usize) -> (f64, 
     (at(0.025), at(0.975))
 }
 
-/// One sentence on whether `ours` and `theirs` differ, with the numbers behind it.
-pub fn verdict(what: &str, ours: &[f64], theirs: &[f64]) -> String {
+/// One sentence on whether `ours` and `theirs` differ, with the numbers behind it; `names`
+/// says whose they are ("headlab's", "PyTorch's").
+pub fn verdict(what: &str, names: (&str, &str), ours: &[f64], theirs: &[f64]) -> String {
     let diff = median(ours) - median(theirs);
     let (lo, hi) = median_difference_interval(ours, theirs, 10_000);
     let p = rank_sum_p(ours, theirs);
@@ -107,9 +108,11 @@ pub fn verdict(what: &str, ours: &[f64], theirs: &[f64]) -> String {
         "no difference at the 5% level"
     };
     format!(
-        "{what}: headlab's median minus PyTorch's {diff:+.4} (95% bootstrap interval {lo:+.4} to \
-         {hi:+.4}, 10,000 resamples); Mann-Whitney rank-sum test, exact two-sided p = {p:.3} \
-         ({} vs {} seeds): {says}",
+        "{what}: {} median minus {} {diff:+.4} (95% bootstrap interval {lo:+.4} to {hi:+.4}, \
+         10,000 resamples); Mann-Whitney rank-sum test, exact two-sided p = {p:.3} ({} vs {} \
+         seeds): {says}",
+        names.0,
+        names.1,
         ours.len(),
         theirs.len()
     )
