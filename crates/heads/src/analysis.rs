@@ -318,7 +318,7 @@ pub fn gradient_importance_at(model: &Gpt, probe: &Probe, at: &[f32], device: &D
     let t = model.config.block_size;
     let autodiff = &device.clone().autodiff();
     // Gradients flow to the mask only, but the graph needs autodiff tensors throughout.
-    let model = burn::module::Module::train(model.clone());
+    let model = model.differentiable();
     let mut total = vec![0.0f64; n_layers * n_heads];
     for (x, y) in &probe.held_out {
         let mask =
@@ -392,8 +392,9 @@ mod tests {
     use rand::Rng;
     use rand::rngs::StdRng;
 
-    /// A seeded 2-layer, 2-head model and a probe with two held-out batches of random ids.
-    fn model_and_probe() -> (Gpt, Probe, Device) {
+    /// A seeded 2-layer, 2-head model with `dropout` and a probe with two held-out batches of
+    /// random ids.
+    fn model_and_probe(dropout: f64) -> (Gpt, Probe, Device) {
         let device = Device::flex();
         device.seed(7);
         let config = GptConfig {
@@ -402,6 +403,7 @@ mod tests {
             d_model: 16,
             n_layers: 2,
             n_heads: 2,
+            dropout,
             ..GptConfig::default()
         };
         let model = Gpt::new(&config, &device).unwrap();
@@ -418,10 +420,17 @@ mod tests {
     }
 
     /// Gradient importance is `mean over batches |dL/dm|`: set against central finite
-    /// differences of each batch's loss in the head's mask value around 1.
+    /// differences of each batch's loss in the head's mask value around 1, also for a model
+    /// trained with dropout (the analysis differentiates the model, without dropout).
     #[test]
     fn gradient_importance_matches_finite_differences_of_the_loss() {
-        let (model, probe, device) = model_and_probe();
+        for dropout in [0.0, 0.5] {
+            importance_against_finite_differences(dropout);
+        }
+    }
+
+    fn importance_against_finite_differences(dropout: f64) {
+        let (model, probe, device) = model_and_probe(dropout);
         let importance = gradient_importance(&model, &probe, &device);
         let (n_layers, n_heads) = (2, 2);
         let eps = 1e-2f32;
@@ -451,7 +460,8 @@ mod tests {
                 let got = importance[layer * n_heads + head];
                 assert!(
                     (got - expected).abs() <= 2e-4 + 2e-2 * expected,
-                    "layer {layer} head {head}: {got} vs finite differences {expected}"
+                    "dropout {dropout}, layer {layer} head {head}: {got} vs finite differences \
+                     {expected}"
                 );
             }
         }
@@ -461,7 +471,7 @@ mod tests {
     /// against the attention weights read one entry at a time.
     #[test]
     fn previous_token_score_is_the_mean_attention_to_the_previous_position() {
-        let (model, probe, device) = model_and_probe();
+        let (model, probe, device) = model_and_probe(0.0);
         let (scores, _) = pattern_scores(&model, &probe, &device);
         let (rows, t) = probe.text_shape;
         let out = model.forward_with(

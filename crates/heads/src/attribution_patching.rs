@@ -56,7 +56,7 @@ pub fn attribution_sweeps(
 
     // The corrupted run on an autodiff device, with zeros added at every site.
     let autodiff = &device.clone().autodiff();
-    let graph = burn::module::Module::train(model.clone());
+    let graph = model.differentiable();
     let deltas: Vec<BlockDeltas> = (0..layers)
         .map(|_| BlockDeltas {
             resid_pre: Tensor::zeros([1, t, d], autodiff).require_grad(),

@@ -571,7 +571,7 @@ fn eap_scores(
 ) -> Vec<f64> {
     let (t, d) = (clean.len(), model.config.d_model);
     let autodiff = &device.clone().autodiff();
-    let differentiable = burn::module::Module::train(model.clone());
+    let differentiable = model.differentiable();
     let deltas: Vec<Tensor<3>> = graph
         .receivers
         .iter()

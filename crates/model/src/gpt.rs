@@ -1,6 +1,6 @@
 //! The GPT-style decoder: embeddings, a stack of blocks, final LayerNorm and LM head.
 
-use burn::module::{Module, ModuleMapper, Param};
+use burn::module::{Flag, Module, ModuleMapper, Param};
 use burn::nn::{Embedding, EmbeddingConfig, Initializer, LayerNorm, Linear};
 use burn::tensor::activation::log_softmax;
 use burn::tensor::{DType, Device, FloatDType, Int, Tensor, TensorData};
@@ -163,6 +163,19 @@ impl Gpt {
         } else {
             self.map(&mut Cast(dtype))
         }
+    }
+
+    /// The model on an autodiff device with dropout off: for the gradients of the function it
+    /// computes (the analyses' importance, attribution and discovery passes), not those of a
+    /// training step. [`Module::train`] alone turns the layers' dropout back on.
+    pub fn differentiable(&self) -> Self {
+        struct NoDropout;
+        impl ModuleMapper for NoDropout {
+            fn map_flag(&mut self, flag: Param<Flag>) -> Param<Flag> {
+                flag.with_value(false)
+            }
+        }
+        self.clone().train().map(&mut NoDropout)
     }
 
     /// What the first block reads: token and position embeddings of `tokens` from position 0

@@ -802,3 +802,38 @@ fn tanh_gelu_matches_the_formula_in_f64() {
         }
     }
 }
+
+/// `differentiable` keeps the gradients and turns dropout off: a model built with dropout 0.5
+/// gives on the autodiff device the logits of the plain device (where dropout never runs), and
+/// its parameters get gradients; `Module::train` alone would drop half the activations.
+#[test]
+fn a_differentiable_model_has_gradients_and_no_dropout() {
+    let device = Device::flex();
+    device.seed(3);
+    let config = small(Positional::Learned).with_dropout(0.5);
+    let model = Gpt::new(&config, &device).unwrap();
+    let ids = random_ids(&mut StdRng::seed_from_u64(4), 8, 23);
+    let plain: Vec<f32> = to_host(model.forward(tokens(&ids, &device)));
+    let autodiff = device.clone().autodiff();
+    let logits = |m: &Gpt| m.forward(tokens(&ids, &autodiff));
+    let d = model.differentiable();
+    let out = logits(&d);
+    let got: Vec<f32> = to_host(out.clone());
+    for (g, p) in got.iter().zip(&plain) {
+        assert!((g - p).abs() <= 1e-5 * (1.0 + p.abs()), "{g} vs {p}");
+    }
+    let grads = out.sum().backward();
+    assert!(
+        d.wte.weight.grad(&grads).is_some(),
+        "no gradient reached the token table"
+    );
+    let dropped: Vec<f32> = to_host(logits(&Module::train(model.clone())));
+    let differs = dropped
+        .iter()
+        .zip(&plain)
+        .any(|(a, b)| (a - b).abs() > 1e-3);
+    assert!(
+        differs,
+        "Module::train ran without dropout: this test could not tell"
+    );
+}
