@@ -384,7 +384,10 @@ fn compare_records(path: &Path, other: &Path) -> Result<Vec<String>> {
             .as_str()
             .map_or_else(|| p.display().to_string(), str::to_string)
     };
-    let (na, nb) = (name(&a, path), name(&b, other));
+    let (mut na, mut nb) = (name(&a, path), name(&b, other));
+    if na == nb {
+        (na, nb) = (path.display().to_string(), other.display().to_string());
+    }
     let said = compare(&sa, &sb, (&format!("{na}'s"), &format!("{nb}'s")));
     if said.is_empty() {
         bail!(
@@ -812,6 +815,11 @@ mod tests {
         assert_eq!(lines[2], "  1: 1.5000 - 1.5100 = -0.0100");
         assert_eq!(lines[3], "  2: 1.6000 - 1.5500 = +0.0500");
         assert_eq!(lines.len(), 5);
+        // Two records with one label are named by their files.
+        let same = record("same.md", "f32", &[(1, 1.5), (2, 1.6)]);
+        let lines = compare_records(&same, &b).unwrap();
+        let names = format!("{}'s median minus {}'s", same.display(), b.display());
+        assert!(lines[0].contains(&names), "{lines:?}");
         let one = record("c.md", "one", &[(1, 1.5)]);
         let err = compare_records(&one, &b).unwrap_err().to_string();
         assert!(err.contains("fewer than two seeds"), "{err}");

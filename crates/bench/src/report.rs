@@ -332,7 +332,7 @@ fn train_step_section(out: &Value) -> String {
          process (flex-bf16: flex with `train.precision = \"bf16\"`), then PyTorch's modes \
          in bench/reference/bench.py (eager: default AdamW; fused: `AdamW(fused=True)`; \
          compile: `torch.compile` of model and loss with the fused AdamW; -bf16: the same under \
-         `torch.autocast(\"cpu\", torch.bfloat16)` around the loss). ms: the median over \
+         `torch.autocast(device, torch.bfloat16)` around the loss). ms: the median over \
          rounds of each round's median step (min-max of the round medians). MFU: the model's \
          FLOPs (nanoGPT's `6 N + 12 L d T` per token) per second over the peak of the \
          column's precision on as many threads: for f32 a register-resident FMA loop at {} \
@@ -342,12 +342,15 @@ fn train_step_section(out: &Value) -> String {
         step["fma"]["accumulators"],
         peak_text(&peaks),
     );
-    s += &if bf16_peaks.is_empty() {
+    // Records made before the bf16 columns have no `bf16_peak` key (and no bf16 columns).
+    s += &if step.get("bf16_peak").is_none() {
+        ".\n".to_string()
+    } else if bf16_peaks.is_empty() {
         "; this CPU has no AVX512-BF16, so the bf16 columns get no MFU.\n".to_string()
     } else {
         format!(
             "; for bf16 a register-resident `vdpbf16ps` loop (two multiply-adds per f32 lane), \
-             {}.\n",
+             {} (on a CPU with AMX, PyTorch's bf16 products can pass it).\n",
             peak_text(&bf16_peaks)
         )
     };
@@ -443,7 +446,12 @@ fn train_step_section(out: &Value) -> String {
         if !firsts.is_empty() {
             s += &format!(
                 "\nFirst step of each round, not in the timings above (wgpu compiles its shaders \
-                 and autotunes there; PyTorch's compile mode compiles): {}.\n",
+                 and autotunes there; PyTorch's compile mode compiles{}): {}.\n",
+                if columns.iter().any(|c| c == "flex-bf16") {
+                    "; flex-bf16 runs after flex in the same worker, so its first step is warm"
+                } else {
+                    ""
+                },
                 firsts.join(", ")
             );
         }

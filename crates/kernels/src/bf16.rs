@@ -11,9 +11,11 @@
 //! [`MR`] rows the same way, `A[i, 2p]` low and `A[i, 2p + 1]` high. The kernel broadcasts
 //! one row's pair of `A` against the pairs of 16 columns of `B`: `vdpbf16ps` adds
 //! `A[i,2p] B[2p,j] + A[i,2p+1] B[2p+1,j]` into lane `j`. Where the CPU has the instructions,
-//! packing converts 32 values per `vcvtne2ps2bf16` (denormal inputs become zeros there, as
-//! `vdpbf16ps` takes them anyway); one value at a time by [`to_bf16`] elsewhere: at the
-//! recipe's shape the scalar packing cost a third of the bf16 step.
+//! packing converts 32 values per `vcvtne2ps2bf16`, which rounds as [`to_bf16`] does but for
+//! denormal inputs, which it takes as zeros (so does `vdpbf16ps` with denormal bf16; the one
+//! difference is an f32 just below 2^-126 that [`to_bf16`] rounds up to the smallest normal);
+//! one value at a time by [`to_bf16`] elsewhere: at the recipe's shape the scalar packing cost
+//! a third of the bf16 step.
 
 use rayon::prelude::*;
 
@@ -101,8 +103,12 @@ fn pack_panel(runs: Runs, width: usize, out: &mut [u32]) {
         out[..k_pairs * width].fill(0);
         return;
     }
+    let last = (runs.lanes - 1)
+        .checked_mul(runs.sj)
+        .zip((runs.k - 1).checked_mul(runs.sc))
+        .and_then(|(a, b)| a.checked_add(b));
     assert!(
-        (runs.lanes - 1) * runs.sj + (runs.k - 1) * runs.sc < runs.data.len(),
+        last.is_some_and(|last| last < runs.data.len()),
         "bf16 packing: the view runs past its data"
     );
     #[cfg(target_arch = "x86_64")]
@@ -553,18 +559,41 @@ mod tests {
     #[test]
     fn panels_pack_every_layout_as_to_bf16_rounds_each_value() {
         let mut rng = StdRng::seed_from_u64(8);
+        if !supported() {
+            eprintln!("no AVX512-BF16 here: only the scalar packing is checked");
+        }
+        // Ties both ways, infinities, the largest finite f32 (rounds to infinity), signed zeros.
+        let special = [
+            1.0 + 2f32.powi(-8),
+            1.0 + 3.0 * 2f32.powi(-8),
+            -(1.0 + 2f32.powi(-8)),
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::MAX,
+            -0.0,
+            0.0,
+        ];
         for (lanes, width, k) in [
             (12, 12, 7),
             (5, 12, 64),
             (32, 32, 33),
             (19, 32, 1),
             (1, 12, 70),
+            (7, 12, 23),
+            (17, 32, 50),
         ] {
-            // A `lanes x k` matrix of raw bit patterns, denormals made zeros.
+            // A `lanes x k` matrix of raw bit patterns (denormals made zeros), every other
+            // value from `special`.
             let values: Vec<f32> = (0..lanes * k)
-                .map(|_| {
+                .map(|i| {
                     let x = f32::from_bits(rng.random::<u32>());
-                    if x.is_subnormal() { 0.0 } else { x }
+                    if i % 2 == 1 {
+                        special[(i / 2) % special.len()]
+                    } else if x.is_subnormal() {
+                        0.0
+                    } else {
+                        x
+                    }
                 })
                 .collect();
             let at = |j: usize, c: usize| {
