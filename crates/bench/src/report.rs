@@ -295,18 +295,16 @@ fn train_step_section(out: &Value) -> String {
         s += "Not run.\n";
         return s;
     }
-    let peaks: Vec<(u64, f64)> = step["fma_peak"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| Some((p["threads"].as_u64()?, p["gflops"].as_f64()?)))
-        .collect();
-    let bf16_peaks: Vec<(u64, f64)> = step["bf16_peak"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|p| Some((p["threads"].as_u64()?, p["gflops"].as_f64()?)))
-        .collect();
+    // `[{threads, gflops}]` as pairs.
+    let parse = |peaks: &Value| -> Vec<(u64, f64)> {
+        peaks
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| Some((p["threads"].as_u64()?, p["gflops"].as_f64()?)))
+            .collect()
+    };
+    let (peaks, bf16_peaks) = (parse(&step["fma_peak"]), parse(&step["bf16_peak"]));
     let of =
         |peaks: &[(u64, f64)], n: u64| peaks.iter().find(|p| p.0 == n).map_or(f64::NAN, |p| p.1);
     // On a GPU machine the accelerator's columns divide by its published fp32 peak instead

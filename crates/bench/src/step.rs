@@ -204,8 +204,7 @@ fn time_step(
     rule: &Rule,
 ) -> Result<(f64, Vec<f64>), String> {
     let device = backend.device().map_err(|e| e.to_string())?;
-    let kernels = backend.kernels();
-    headlab_kernels::with_kernels(kernels, || {
+    headlab_kernels::with_kernels(backend.kernels(), || {
         with_precision(precision, || {
             let ad = device.clone().autodiff();
             ad.seed(1337);
@@ -338,6 +337,11 @@ pub fn compare(plan: &Plan, scratch: &Path) -> Value {
         .collect();
     let exe = std::env::current_exe().expect("the bench's own path");
     let backends: Vec<String> = plan.backends.iter().map(|b| b.to_string()).collect();
+    // headlab's columns: the worker's backends, then flex in bf16 where asked.
+    let mut columns = backends.clone();
+    if plan.bf16 {
+        columns.push(FLEX_BF16.into());
+    }
     let mut rows = Vec::new();
     let mut torch_environment = Value::Null;
     let mut torch_parallel_info = json!({});
@@ -363,10 +367,6 @@ pub fn compare(plan: &Plan, scratch: &Path) -> Value {
                 if plan.bf16 {
                     cmd.arg("--step-bf16");
                 }
-                let mut ours = backends.clone();
-                if plan.bf16 {
-                    ours.push(FLEX_BF16.into());
-                }
                 match run_json(&mut cmd, None) {
                     Ok(v) => cells.extend(
                         v["columns"]
@@ -375,7 +375,9 @@ pub fn compare(plan: &Plan, scratch: &Path) -> Value {
                             .flatten()
                             .map(|(k, c)| (k.clone(), c.clone())),
                     ),
-                    Err(e) => cells.extend(ours.iter().map(|b| (b.clone(), json!({ "error": e })))),
+                    Err(e) => {
+                        cells.extend(columns.iter().map(|b| (b.clone(), json!({ "error": e }))))
+                    }
                 }
                 if let Some(python) = &plan.torch_python {
                     let out = scratch.join(format!("step-{}-{threads}-{round}.json", shape.name));
