@@ -22,12 +22,21 @@
 # The long track's config (shakespeare-char-long) has no fixture: it is the speedrun's
 # switches at another shape, which the speedrun's fixture already holds to their digits.
 #
+# gemm's AVX-512 kernels (x86-v4, chosen at run time) block the products otherwise than its
+# AVX2 + FMA ones, so the digits depend on the CPU: the fixtures above come from CPUs with
+# AVX-512 (tests/before.rs uses them where the CPU has avx512f). tests/fixtures/before-avx2
+# holds the same runs on an AVX2-only CPU (a 2-core AMD EPYC, family 25 model 1, Zen 3),
+# made on 2026-12-07 with the binary of the commit that added them (which trains to every
+# digit of the AVX-512 fixtures on AVX-512 CPUs), by naming every config:
+#
+#   BEFORE_OUT=tests/fixtures/before-avx2 tools/before-fixtures.sh BINARY $(ls tests/fixtures/before | sed 's/.csv//')
+#
 # The overrides below are repeated in tests/before.rs; change both together.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 headlab=${1:?usage: tools/before-fixtures.sh HEADLAB_BINARY [CONFIG_NAME...]}
 shift
-out=tests/fixtures/before
+out=${BEFORE_OUT:-tests/fixtures/before}
 mkdir -p "$out"
 work=$(mktemp -d)
 if [ $# -gt 0 ]; then
