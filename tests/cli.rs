@@ -521,10 +521,11 @@ fn what_trains_but_not_as_meant_names_the_key_and_the_fix() {
     assert_eq!(stderr.matches("warning:").count(), 1, "{stderr}");
 }
 
-/// `headlab --help` lists every lab `headlab lab --help` offers, and every time a help text
-/// quotes names the CPU it was measured on (issue 41: "about 45 s on 2 CPU cores").
+/// `headlab --help` lists every lab `headlab lab --help` offers, and no help text quotes a
+/// measured time: times go stale and named no CPU (issue 41), then disagreed with the
+/// README's (issue 79), which alone keeps them, with the CPU.
 #[test]
-fn help_lists_every_lab_and_every_quoted_time_names_its_cpu() {
+fn help_lists_every_lab_and_quotes_no_measured_time() {
     let dir = tempfile::tempdir().unwrap();
     let help = |args: &[&str]| ok(&headlab(args, dir.path()));
     let top = help(&["--help"]);
@@ -566,16 +567,14 @@ fn help_lists_every_lab_and_every_quoted_time_names_its_cpu() {
             });
             if quotes_time {
                 times += 1;
-                assert!(
-                    ["AMD EPYC", "Intel Xeon"]
-                        .iter()
-                        .any(|cpu| sentence.contains(cpu)),
-                    "no CPU named: {sentence}"
-                );
+                eprintln!("a measured time in the help: {sentence}");
+            }
+            for cpu in ["AMD EPYC", "Intel Xeon", "Zen "] {
+                assert!(!sentence.contains(cpu), "a CPU's time: {sentence}");
             }
         }
     }
-    assert!(times >= 5, "{times} times found");
+    assert_eq!(times, 0, "the help quotes measured times (see above)");
 }
 
 /// An imported model's dropout is said on import, with what headlab does with it.

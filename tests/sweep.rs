@@ -89,6 +89,36 @@ fn a_local_sweep_trains_every_point_and_tables_its_runs() {
     // Two runs at once, each a process of its own: the same table.
     ok(&sweep("j", &["--jobs", "2"], dir.path()));
     assert_eq!(without_timing(&read("j/results.csv")), without_timing(&csv));
+    // Resumed, a run trained again appends to its log: the first process's lines stay.
+    let first_log = read("j/logs/run-3.log");
+    std::fs::remove_dir_all(dir.path().join("j/model.n_heads-2__train.seed-2")).unwrap();
+    ok(&sweep("j", &["--jobs", "2", "--resume"], dir.path()));
+    let log = read("j/logs/run-3.log");
+    assert!(log.starts_with(&first_log), "{log}");
+    assert_eq!(log.matches("== headlab sweep: run 3").count(), 2, "{log}");
+    // A local sweep's run is not submitted to Slurm: a done run has nothing to resubmit, and
+    // a local sweep's are not Slurm's to train (issue 79).
+    for (k, says) in [
+        ("0", "is done: nothing to resubmit"),
+        ("3", "is a local sweep"),
+    ] {
+        if k == "3" {
+            std::fs::remove_dir_all(dir.path().join("j/model.n_heads-2__train.seed-2")).unwrap();
+        }
+        let out = headlab(&["sweep", "j", "--resubmit", k], dir.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(!dir.path().join("j/sweep.sbatch").exists());
+        assert!(!dir.path().join("j/slurm-job").exists());
+    }
+    let status = ok(&headlab(&["sweep", "j", "--status"], dir.path()));
+    assert!(
+        status.ends_with(
+            "continue the runs not done with the command that made the sweep and --resume\n"
+        ),
+        "{status}"
+    );
     let html = read("s/results.html");
     assert_eq!(html.matches("<tr>").count(), 1 + 4, "{html}");
     assert!(dir.path().join("s/losses.png").is_file());
@@ -133,6 +163,74 @@ fn bad_sweeps_exit_2_and_write_nothing() {
     refused(&grid("model.n_heads=1,x"), &[], "wrong type");
     refused(&grid("model.n_heads="), &[], "empty");
     refused(&["sweep", "--out", "bad"], &[], "at least one axis");
+    // Issue 79: --dry-run without Slurm trained every run; a --set of an axis's key was
+    // dropped; an empty grid in the [sweep] table gave "0 runs".
+    let mut local = grid("model.n_heads=1,2").to_vec();
+    local.extend(["--set", "train.max_iters=5", "--dry-run"]);
+    refused(&local, &[], "--dry-run is a Slurm setting");
+    let mut local = grid("model.n_heads=1,2").to_vec();
+    local.extend(["--partition", "debug"]);
+    refused(&local, &[], "--partition is a Slurm setting");
+    refused(
+        &[
+            "lab",
+            "syntax",
+            "--heads",
+            "1,2",
+            "--seeds",
+            "1",
+            "--out",
+            "bad",
+            "--dry-run",
+        ],
+        &[],
+        "--dry-run is a Slurm setting",
+    );
+    let mut set = grid("model.n_heads=1,2").to_vec();
+    set.extend(["--set", "model.n_heads=4"]);
+    refused(&set, &[], "model.n_heads is an axis of the grid");
+    std::fs::write(
+        dir.path().join("empty.toml"),
+        "[sweep]\ngrid = { \"model.n_heads\" = [] }\n",
+    )
+    .unwrap();
+    refused(
+        &["sweep", "--config", "empty.toml", "--out", "bad"],
+        &[],
+        "model.n_heads = [] has no values",
+    );
+    // A folder that is no sweep is named for what it is.
+    std::fs::create_dir_all(dir.path().join("a-run")).unwrap();
+    std::fs::write(dir.path().join("a-run/config.toml"), "").unwrap();
+    let status = |what: &str, says: &str| {
+        let out = headlab(&["sweep", what, "--status"], dir.path());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(!stderr.contains("os error"), "{stderr}");
+    };
+    status("a-run", "a-run is not a sweep folder: it is a run folder");
+    status("a-run/config.toml", "it is a file");
+    status("nowhere", "no such folder");
+    // sbatch refusing the job leaves no sweep folder behind.
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let fake = bin.join("sbatch");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'sbatch: error: Memory specification can not be satisfied' >&2\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap());
+    let mut mem = grid("model.n_heads=1,2").to_vec();
+    mem.extend(["--launcher", "slurm", "--mem", "2G"]);
+    refused(
+        &mem,
+        &[("PATH", &path)],
+        "Memory specification can not be satisfied",
+    );
     let slurm = [
         "sweep",
         "--grid",
@@ -219,7 +317,12 @@ fn the_slurm_launcher_writes_one_array_task_per_run() {
     ));
     assert_eq!(again.trim(), "sbatch --array=2 s/sweep.sbatch");
     let status = ok(&headlab(&["sweep", "s", "--status"], dir.path()));
-    assert!(status.ends_with("0 of 4 done\n"), "{status}");
+    assert!(
+        status.ends_with(
+            "0 of 4 done\ncontinue the runs not done with: headlab sweep s --resubmit 0,1,2,3\n"
+        ),
+        "{status}"
+    );
 
     // lab syntax's runs as an array, named as the lab names them; a lab of one run refuses.
     ok(&headlab(
@@ -304,6 +407,84 @@ fn wait_until_done(out: &str, n: usize, dir: &Path) {
     }
 }
 
+/// Issue 79: while Slurm holds a sweep's tasks, `--resume` and `--resubmit` refuse naming the
+/// job (they once submitted the array again, whose logs overwrote the real ones) and
+/// `--collect` points at `--status`; once cancelled, `--status` says so and gives the command
+/// that continues; a task submitted again appends to its log.
+fn held_tasks_are_never_started_twice(dir: &Path) {
+    let held = ["--launcher", "slurm", "--cpus-per-task", "1"];
+    // Submitted held (`sbatch --hold`), so no task starts until released; a task submitted
+    // again from the same script is held too, and released here.
+    let mut later = held.to_vec();
+    later.extend(["--sbatch", "--hold"]);
+    ok(&sweep("held", &later, dir));
+    let release = || {
+        let job = std::fs::read_to_string(dir.join("held/slurm-job")).unwrap();
+        let out = std::process::Command::new("scontrol")
+            .args(["release", job.trim()])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    };
+    let job = std::fs::read_to_string(dir.join("held/slurm-job")).unwrap();
+    let job = job.trim();
+    let refused = |out: std::process::Output, says: &str| {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains(says), "{says:?} not in {stderr}");
+    };
+    let mut again = held.to_vec();
+    again.push("--resume");
+    let holds = format!("Slurm job {job} still holds runs of the sweep in held");
+    refused(sweep("held", &again, dir), &holds);
+    refused(headlab(&["sweep", "held", "--resubmit", "1"], dir), &holds);
+    refused(
+        headlab(&["sweep", "held", "--collect"], dir),
+        "headlab sweep held --status",
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.join("held/slurm-job"))
+            .unwrap()
+            .trim(),
+        job
+    );
+    let status = ok(&headlab(&["sweep", "held", "--status"], dir));
+    assert!(status.contains("pending"), "{status}");
+    let cancelled = std::process::Command::new("scancel")
+        .arg(job)
+        .output()
+        .unwrap();
+    assert!(cancelled.status.success(), "{cancelled:?}");
+    let started = Instant::now();
+    let status = loop {
+        let status = ok(&headlab(&["sweep", "held", "--status"], dir));
+        if !status.contains("pending") {
+            break status;
+        }
+        assert!(started.elapsed() < Duration::from_secs(60), "{status}");
+        std::thread::sleep(Duration::from_secs(1));
+    };
+    assert!(status.contains("cancelled by Slurm"), "{status}");
+    assert!(
+        status
+            .ends_with("continue the runs not done with: headlab sweep held --resubmit 0,1,2,3\n"),
+        "{status}"
+    );
+    ok(&headlab(&["sweep", "held", "--resubmit", "0,1,2,3"], dir));
+    release();
+    wait_until_done("held", 4, dir);
+    std::fs::remove_dir_all(dir.join("held/model.n_heads-1__train.seed-1")).unwrap();
+    ok(&headlab(&["sweep", "held", "--resubmit", "0"], dir));
+    release();
+    wait_until_done("held", 4, dir);
+    let log = std::fs::read_to_string(dir.join("held/logs/task-0.out")).unwrap();
+    assert_eq!(
+        log.matches("== headlab sweep: task 0 of job").count(),
+        2,
+        "{log}"
+    );
+}
+
 /// On a real Slurm (`.ci/run` starts a one-node cluster): the 4-run sweep submitted as an
 /// array finishes, and its results and run folders equal the local launcher's, digit for
 /// digit (checkpoints byte for byte), apart from timings; and lab syntax's and lab
@@ -325,6 +506,7 @@ fn a_sweep_on_slurm_equals_the_local_one() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    held_tasks_are_never_started_twice(dir.path());
     ok(&sweep("local", &[], dir.path()));
     ok(&sweep(
         "slurm",

@@ -48,8 +48,7 @@ pub enum LabName {
         long_about = "The induction-head phase change (Olsson et al. 2022).\n\n\
         Trains one model: 2 layers x 2 heads, attention only, d_model 64, RoPE, block 64, on \
         the built-in induction corpus (random letters, each line repeated once), 2000 steps \
-        of batch 32, head scores and maps every 50 steps (configs/lab-induction.toml). It took \
-        18 s on a 2-core AMD EPYC Zen 5 VM (2026-12-02).\n\n\
+        of batch 32, head scores and maps every 50 steps (configs/lab-induction.toml).\n\n\
         Writes into --out (default runs/lab-induction): run/ (the training run), summary.md \
         (when the phase change happened, which head became the previous-token head and which \
         the induction head, with their scores and ablations), heads.png, loss.png, \
@@ -67,8 +66,7 @@ pub enum LabName {
         Trains one model per head count and seed: 1 layer, d_model 64 split into h heads of \
         d_k = 64/h (the same parameters for every h), block 32, on the built-in lookup corpus \
         (each letter set by the letters 2 and 6 back), 1500 steps of batch 32 \
-        (configs/lab-heads.toml). The default 7 head counts x 3 seeds took 186-217 s on a \
-        2-core AMD EPYC Zen 4 VM (2026-12-02).\n\n\
+        (configs/lab-heads.toml).\n\n\
         Writes into --out (default runs/lab-heads): one run per count and seed (h<H>-s<SEED>/, \
         each with its report.html), val_loss.csv (val loss, accuracy and every run's head \
         labels), heads.png (val loss against the head count, seeds as a range) and summary.md \
@@ -89,8 +87,7 @@ pub enum LabName {
         128 split into h heads, word tokens, block 64) for 1000 steps on the built-in grammar \
         corpus (configs/lab-syntax.toml). For each run: every relation's best head against \
         the best fixed-offset rule, the syntactic head, the step it formed at and what zeroing \
-        it alone does to agreement, by construction. The default 4 head counts x 3 seeds took \
-        404 s on a 2-core Intel Xeon VM (family 6 model 207, 2026-12-06).\n\n\
+        it alone does to agreement, by construction.\n\n\
         Writes into --out (default runs/lab-syntax): one run per count and seed (h<H>-s<SEED>/, \
         each with heads/ and report.html), syntax.csv, syntax.png and summary.md (which \
         relations find a head on every seed).")]
@@ -109,8 +106,7 @@ pub enum LabName {
         Trains one model: 2 layers x 4 heads, d_model 64, block 32, byte-level BPE of 400 \
         tokens, on the built-in attach corpus (\"... follow the spy with the camera and hide \
         it.\", where what \"with\" attaches to decides the last verb's number), 1000 steps of \
-        batch 32, head scores and maps every 50 steps (configs/lab-ambiguity.toml). It took \
-        12-15 s on a 2-core AMD EPYC VM whose generation was not recorded (2026-12).\n\n\
+        batch 32, head scores and maps every 50 steps (configs/lab-ambiguity.toml).\n\n\
         Writes into --out (default runs/lab-ambiguity): run/ (the training run), summary.md \
         (agreement on forced and ambiguous readings, where each head of \"with\" and \"and\" \
         looks, and whether any head switches with the reading), report.html and the head \
@@ -130,8 +126,7 @@ pub enum LabName {
         in a build without ndarray), identical plus a \
         perturbation of size 1e-6, 1e-4 and 1e-2 on one head, and the usual random start \
         (configs/lab-symmetry.toml). Every head's weights are checked against head 0's, bit \
-        for bit, every 25 steps, and each model's final val loss is set against chance. \
-        The lab took 86 s on a 2-core Intel Xeon VM (family 6 model 167), 2026-12-04.\n\n\
+        for bit, every 25 steps, and each model's final val loss is set against chance. \\n\n\
         Writes into --out (default runs/lab-symmetry): one run per start and backend (each \
         with head_history.csv, gradient norms included, and report.html), symmetry.csv, \
         symmetry.png (steps until the heads separate, against eps) and summary.md.")]
@@ -152,8 +147,7 @@ pub enum LabName {
         accuracy at every evaluation), grokking.png and loss.png (on a log step axis), \
         fourier.csv and fourier.png (the token embedding's share of norm at each frequency k \
         of cos/sin(2 pi k a / p): the key frequencies) and summary.md (the steps of \
-        memorisation and generalisation). The defaults took about 2 minutes on 2 cores \
-        (Intel Xeon family 6 model 167, 2026-12-04).")]
+        memorisation and generalisation).")]
     Grokking {
         /// Output directory (default: runs/lab-grokking).
         #[arg(long, short)]
@@ -290,7 +284,12 @@ pub fn run(args: LabArgs) -> Result<()> {
         | LabName::Heads { common, .. }
         | LabName::Syntax { common, .. }
         | LabName::Ambiguity { common, .. }
-        | LabName::Symmetry { common, .. } => common.sets()?,
+        | LabName::Symmetry { common, .. } => {
+            if common.launcher == Launcher::Local {
+                common.slurm.refuse_without_slurm()?;
+            }
+            common.sets()?
+        }
         LabName::Grokking { settings, .. } => {
             settings.config().check()?;
             Vec::new()
@@ -417,9 +416,24 @@ pub fn run(args: LabArgs) -> Result<()> {
                  or add --dry-run to write the script without submitting it"
             );
         }
+        let made = in_use.made;
         spec.write(&out)?;
         drop(in_use);
-        submit(&out, &common.slurm, None)?;
+        if let Err(e) = submit(&out, &common.slurm, None) {
+            // A lab folder made for this submission leaves nothing behind.
+            if made {
+                std::fs::remove_dir_all(&out)
+                    .with_context(|| format!("removing {}", out.display()))?;
+            }
+            return Err(e.context(format!(
+                "nothing was submitted{}; fix the setting and run the command again",
+                if made {
+                    format!(", and {} was removed", out.display())
+                } else {
+                    String::new()
+                }
+            )));
+        }
         eprintln!(
             "once every run is done, measure them and write the summary with: {resume_command}"
         );
@@ -430,6 +444,7 @@ pub fn run(args: LabArgs) -> Result<()> {
         observers: &observers,
         resume,
         resume_command: &resume_command,
+        what: "lab",
     };
     let summary = match &args.name {
         LabName::Induction { .. } => induction::run(&out, &sets, &reproduce, runs)?,
@@ -471,7 +486,7 @@ fn busy_run(out: &Path) -> Option<(PathBuf, Holder)> {
 /// the lab).
 pub(crate) struct InUse {
     out: PathBuf,
-    made: bool,
+    pub(crate) made: bool,
     mark: Option<TrainingMark>,
 }
 

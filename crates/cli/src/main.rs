@@ -47,9 +47,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Train a model. With no arguments: the built-in default config on the built-in grammar
-    /// corpus (42-48 s for the whole command on a 2-core AMD EPYC Zen 5 VM; 84 s of training
-    /// steps on a 2-core Zen 4), ending with a generated sample, its grammaticality and the
-    /// run's page, report.html.
+    /// corpus (about a minute on 2 cores; the README's first section has today's time and
+    /// its CPU), ending with a generated sample, its grammaticality and the run's page,
+    /// report.html.
     Train(train::TrainArgs),
     /// Generate text from a trained run, streaming tokens as they come.
     Sample(sample::SampleArgs),

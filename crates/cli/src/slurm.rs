@@ -1,5 +1,6 @@
 //! Slurm as a launcher: the flags of a job array (shared by `headlab sweep` and the labs that
-//! train several runs), the sbatch script of a sweep folder, and its submission.
+//! train several runs), the sbatch script of a sweep folder, its submission, and what Slurm
+//! knows of its tasks.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -21,7 +22,7 @@ pub enum Launcher {
 
 /// What a Slurm job array is asked for (`headlab sweep` and the labs that train several
 /// runs).
-#[derive(Debug, Args, Default)]
+#[derive(Debug, Clone, Args, Default)]
 pub struct SlurmArgs {
     /// Slurm: the partition (`#SBATCH --partition`).
     #[arg(long)]
@@ -43,8 +44,39 @@ pub struct SlurmArgs {
     pub dry_run: bool,
 }
 
-/// The script each Slurm sweep keeps, and the array task's exit code files.
-const SCRIPT: &str = "sweep.sbatch";
+impl SlurmArgs {
+    /// The first Slurm-only flag given, for refusing it where the runs train here.
+    pub fn first_given(&self) -> Option<&'static str> {
+        [
+            (self.dry_run, "--dry-run"),
+            (self.partition.is_some(), "--partition"),
+            (self.time.is_some(), "--time"),
+            (self.cpus_per_task.is_some(), "--cpus-per-task"),
+            (self.mem.is_some(), "--mem"),
+            (!self.sbatch.is_empty(), "--sbatch"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+
+    /// Refuses Slurm's flags when the runs train here: `--dry-run` would otherwise train
+    /// them all.
+    pub fn refuse_without_slurm(&self) -> Result<()> {
+        if let Some(flag) = self.first_given() {
+            bail!(
+                "{flag} is a Slurm setting, but the runs would train here (local launcher): add \
+                 --launcher slurm, or leave {flag} out"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The script each Slurm sweep keeps; its presence marks a folder as a Slurm sweep.
+pub const SCRIPT: &str = "sweep.sbatch";
+
+/// The file holding the id of the sweep's last submitted job.
+pub const JOB_FILE: &str = "slurm-job";
 
 /// Where `program` is on PATH.
 pub fn which(program: &str) -> Option<PathBuf> {
@@ -55,8 +87,14 @@ pub fn which(program: &str) -> Option<PathBuf> {
     })
 }
 
+/// Whether the sweep in `dir` was made for Slurm (its script was written).
+pub fn is_slurm_sweep(dir: &Path) -> bool {
+    dir.join(SCRIPT).is_file()
+}
+
 /// The sbatch script of the sweep in `dir`: one array task per run, each training its run
-/// with this binary (the nodes need no Rust) and leaving its exit code beside its log.
+/// with this binary (the nodes need no Rust) and leaving its exit code beside its log. Logs
+/// are appended to, so a task submitted again keeps what the earlier one wrote.
 fn script(dir: &Path, args: &SlurmArgs, n: usize) -> Result<String> {
     let exe = std::env::current_exe().context("finding the headlab binary")?;
     // Each task starts in this folder and names the sweep as it was named here, so its runs'
@@ -67,7 +105,8 @@ fn script(dir: &Path, args: &SlurmArgs, n: usize) -> Result<String> {
         .join("logs");
     let mut s = format!(
         "#!/bin/bash\n#SBATCH --job-name=headlab-sweep\n#SBATCH --array=0-{}\n\
-         #SBATCH --cpus-per-task={}\n#SBATCH --chdir={}\n#SBATCH --output={}/task-%a.out\n",
+         #SBATCH --cpus-per-task={}\n#SBATCH --chdir={}\n#SBATCH --output={}/task-%a.out\n\
+         #SBATCH --open-mode=append\n",
         n - 1,
         args.cpus_per_task.unwrap_or(2),
         cwd.display(),
@@ -88,6 +127,7 @@ fn script(dir: &Path, args: &SlurmArgs, n: usize) -> Result<String> {
     s += &format!(
         "\n# One run per array task; the run uses the task's cores.\n\
          export RAYON_NUM_THREADS=\"${{SLURM_CPUS_PER_TASK:-{}}}\"\n\
+         echo \"== headlab sweep: task $SLURM_ARRAY_TASK_ID of job $SLURM_ARRAY_JOB_ID, $(date)\"\n\
          '{}' sweep '{}' --point \"$SLURM_ARRAY_TASK_ID\"\n\
          echo $? > '{}'/task-\"$SLURM_ARRAY_TASK_ID\".exit\n",
         args.cpus_per_task.unwrap_or(2),
@@ -98,9 +138,9 @@ fn script(dir: &Path, args: &SlurmArgs, n: usize) -> Result<String> {
     Ok(s)
 }
 
-/// Writes the sweep's script and submits it (only task `only`, when given); with
+/// Writes the sweep's script and submits it (only the tasks `only`, when given); with
 /// `--dry-run`, prints the command instead.
-pub fn submit(dir: &Path, args: &SlurmArgs, only: Option<usize>) -> Result<()> {
+pub fn submit(dir: &Path, args: &SlurmArgs, only: Option<&[usize]>) -> Result<()> {
     let spec = SweepSpec::read(dir)?;
     let n = spec.points().len();
     let logs = dir.join("logs");
@@ -111,9 +151,11 @@ pub fn submit(dir: &Path, args: &SlurmArgs, only: Option<usize>) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     let mut command = vec!["sbatch".to_string()];
-    if let Some(k) = only {
-        let _ = std::fs::remove_file(logs.join(format!("task-{k}.exit")));
-        command.push(format!("--array={k}"));
+    if let Some(tasks) = only {
+        for k in tasks {
+            let _ = std::fs::remove_file(logs.join(format!("task-{k}.exit")));
+        }
+        command.push(format!("--array={}", task_list(tasks)));
     }
     command.push(path.display().to_string());
     if args.dry_run {
@@ -137,8 +179,162 @@ pub fn submit(dir: &Path, args: &SlurmArgs, only: Option<usize>) -> Result<()> {
         .last()
         .unwrap_or_default()
         .to_string();
-    std::fs::write(dir.join("slurm-job"), format!("{job}\n")).context("writing slurm-job")?;
+    std::fs::write(dir.join(JOB_FILE), format!("{job}\n")).context("writing slurm-job")?;
     println!("{}", said.trim());
     eprintln!("follow it with: headlab sweep {} --status", dir.display());
     Ok(())
+}
+
+/// `0,2,3` for sbatch's `--array` and for `--resubmit`.
+pub fn task_list(tasks: &[usize]) -> String {
+    tasks
+        .iter()
+        .map(|k| k.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// The id of the sweep's last submitted job, if it was submitted.
+pub fn job(dir: &Path) -> Option<String> {
+    std::fs::read_to_string(dir.join(JOB_FILE))
+        .ok()
+        .map(|j| j.trim().to_string())
+        .filter(|j| !j.is_empty())
+}
+
+/// The array tasks of the sweep's job that Slurm still holds (pending or running), with
+/// squeue's word for each; empty when nothing was submitted, or squeue is not there.
+pub fn alive(dir: &Path) -> Vec<(usize, String)> {
+    let Some(job) = job(dir) else {
+        return Vec::new();
+    };
+    let Ok(out) = Command::new("squeue")
+        .args(["-h", "-r", "-j", &job, "-o", "%K %T"])
+        .output()
+    else {
+        return Vec::new();
+    };
+    parse_queue(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// squeue's `%K %T` lines: array task id and state. A pending array not yet split prints
+/// a range (`0-3`), whose every task is pending.
+fn parse_queue(text: &str) -> Vec<(usize, String)> {
+    let mut tasks = Vec::new();
+    for line in text.lines() {
+        let Some((ids, state)) = line.trim().split_once(' ') else {
+            continue;
+        };
+        let state = state.trim().to_lowercase();
+        tasks.extend(task_ids(ids).into_iter().map(|k| (k, state.clone())));
+    }
+    tasks
+}
+
+/// Slurm's array task ids: `3`, `0-3`, `5,7%2` (a `%` limit after them).
+fn task_ids(text: &str) -> Vec<usize> {
+    let text = text.split('%').next().unwrap_or(text);
+    let mut ids = Vec::new();
+    for part in text.split(',') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        if let (Ok(lo), Ok(hi)) = (lo.trim().parse::<usize>(), hi.trim().parse::<usize>()) {
+            ids.extend(lo..=hi);
+        }
+    }
+    ids
+}
+
+/// How the tasks of the sweep's job that Slurm no longer holds ended, as Slurm's accounting
+/// (`sacct`) or, while the controller remembers them, `scontrol` says: `cancelled`, `failed`,
+/// `timeout`, `out_of_memory`, `completed`... Empty when neither answers.
+pub fn ended(dir: &Path) -> Vec<(usize, String)> {
+    let Some(job) = job(dir) else {
+        return Vec::new();
+    };
+    let sacct = Command::new("sacct")
+        .args(["-n", "-P", "-X", "-j", &job, "-o", "JobID,State"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| parse_sacct(&String::from_utf8_lossy(&o.stdout), &job))
+        .unwrap_or_default();
+    if !sacct.is_empty() {
+        return sacct;
+    }
+    Command::new("scontrol")
+        .args(["show", "job", "-o", &job])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| parse_scontrol(&String::from_utf8_lossy(&o.stdout)))
+        .unwrap_or_default()
+}
+
+/// sacct's `JobID|State` lines for array job `job`: `13_2|CANCELLED by 0`.
+fn parse_sacct(text: &str, job: &str) -> Vec<(usize, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let (id, state) = l.split_once('|')?;
+            let k = id.strip_prefix(job)?.strip_prefix('_')?.parse().ok()?;
+            let word = state.split_whitespace().next()?.to_lowercase();
+            Some((k, word))
+        })
+        .collect()
+}
+
+/// `scontrol show job -o`'s one line per array task: `... ArrayTaskId=2 JobState=CANCELLED ...`.
+fn parse_scontrol(text: &str) -> Vec<(usize, String)> {
+    text.lines()
+        .filter_map(|l| {
+            let field = |name: &str| {
+                l.split_whitespace()
+                    .find_map(|w| w.strip_prefix(name)?.strip_prefix('='))
+            };
+            let state = field("JobState")?.to_lowercase();
+            Some(
+                task_ids(field("ArrayTaskId")?)
+                    .into_iter()
+                    .map(move |k| (k, state.clone())),
+            )
+        })
+        .flatten()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Slurm's outputs as Slurm 22.05 writes them.
+    #[test]
+    fn slurms_task_states_are_read_per_task() {
+        assert_eq!(
+            parse_queue("0-2 PENDING\n3 RUNNING\n5,7%2 PENDING\n"),
+            vec![
+                (0, "pending".to_string()),
+                (1, "pending".into()),
+                (2, "pending".into()),
+                (3, "running".into()),
+                (5, "pending".into()),
+                (7, "pending".into()),
+            ]
+        );
+        assert_eq!(
+            parse_sacct("13_0|COMPLETED\n13_1|CANCELLED by 0\n130_2|FAILED\n", "13"),
+            vec![(0, "completed".to_string()), (1, "cancelled".into())]
+        );
+        assert_eq!(
+            parse_scontrol(
+                "JobId=14 ArrayJobId=13 ArrayTaskId=1 JobName=x JobState=CANCELLED Reason=None\n\
+                 JobId=13 ArrayJobId=13 ArrayTaskId=0 JobState=COMPLETED Reason=None\n\
+                 JobId=15 ArrayJobId=15 ArrayTaskId=2-3 JobState=CANCELLED Reason=None\n"
+            ),
+            vec![
+                (1, "cancelled".to_string()),
+                (0, "completed".into()),
+                (2, "cancelled".into()),
+                (3, "cancelled".into())
+            ]
+        );
+    }
 }

@@ -8,13 +8,16 @@ use anyhow::{Context, Result, bail};
 use clap::Args;
 use headlab_labs::Runs;
 use headlab_labs::sweep::{
-    State, SweepSpec, collect, from_file, parse_axis, run_local, run_point, state, write_results,
+    State, SweepSpec, collect, from_file, parse_axis, run_local, run_point, runs, state,
+    write_results,
 };
 use headlab_train::run::{RunError, mark_training};
 
 use crate::common::{DEFAULT_CONFIG, observers, whole_number};
 use crate::lab::{InUse, command_line};
-use crate::slurm::{Launcher, SlurmArgs, submit, which};
+use crate::slurm::{
+    Launcher, SlurmArgs, alive, ended, is_slurm_sweep, job, submit, task_list, which,
+};
 
 /// `headlab sweep`.
 #[derive(Debug, Args)]
@@ -60,9 +63,11 @@ pub struct SweepArgs {
     /// Build the results table of the sweep in DIR once every run is done.
     #[arg(long, requires = "dir")]
     pub collect: bool,
-    /// Submit run K (from 0) of the Slurm sweep in DIR again, alone.
-    #[arg(long, requires = "dir", value_parser = whole_number::<usize>)]
-    pub resubmit: Option<usize>,
+    /// Submit runs K,K,... (from 0) of the Slurm sweep in DIR again: those neither done nor
+    /// still held by Slurm.
+    #[arg(long, requires = "dir", value_name = "K,K,...", value_delimiter = ',',
+          value_parser = whole_number::<usize>)]
+    pub resubmit: Vec<usize>,
     /// Train run K of the sweep in DIR (what each Slurm array task runs).
     #[arg(long, requires = "dir", hide = true, value_parser = whole_number::<usize>)]
     pub point: Option<usize>,
@@ -73,10 +78,15 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
     if let Some(dir) = &args.dir {
         let spec = SweepSpec::read(dir)?;
         if let Some(k) = args.point {
+            // What continues this run: the parent's command (local jobs), or under Slurm the
+            // task submitted again.
+            let resume_command = std::env::var(RESUME_ENV)
+                .unwrap_or_else(|_| format!("headlab sweep {} --resubmit {k}", dir.display()));
             let runs = Runs {
                 observers: &observers,
                 resume: true,
-                resume_command: "",
+                resume_command: &resume_command,
+                what: "sweep",
             };
             run_point(dir, &spec, k, runs)?;
             return Ok(());
@@ -90,19 +100,15 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
             print!("{}", write_results(dir, &spec, &rows)?);
             return Ok(());
         }
-        if let Some(k) = args.resubmit {
-            if k >= spec.points().len() {
-                bail!(
-                    "--resubmit {k}: the sweep has runs 0 to {}",
-                    spec.points().len() - 1
-                );
-            }
-            return submit(dir, &args.slurm, Some(k));
+        if !args.resubmit.is_empty() {
+            return resubmit(dir, &spec, &args.resubmit, &args.slurm);
         }
         bail!(
             "give --status, --collect or --resubmit K with a sweep folder; a new sweep takes --grid and --out"
         );
     }
+    // Slurm's flags on the command line (the config's [sweep] table may hold its own).
+    let slurm_flags = args.slurm.clone();
     let (base, base_name, mut axes) = match &args.config {
         Some(path) => {
             let (base, axes, options) = from_file(path)?;
@@ -144,6 +150,9 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
         lab: None,
     };
     let launcher = args.launcher.unwrap_or(Launcher::Local);
+    if launcher == Launcher::Local {
+        slurm_flags.refuse_without_slurm()?;
+    }
     let jobs = args.jobs.unwrap_or(1);
     // Every point's config is checked before anything is written or submitted.
     let points = spec.check()?;
@@ -179,6 +188,14 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
             );
         }
     }
+    // Tasks Slurm still holds write into this folder: never start them a second time.
+    let held = alive(&out);
+    if !held.is_empty() {
+        bail!(
+            "{}",
+            held_message(&out, &held, "resuming would start them a second time")
+        );
+    }
     let mark = match mark_training(&out) {
         Ok(mark) => mark,
         Err(RunError::InUse { .. }) => bail!(
@@ -197,17 +214,17 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
         }
         std::fs::remove_dir_all(&out).with_context(|| format!("removing {}", out.display()))?;
     }
+    let made = !out.exists();
     let in_use = InUse::new(&out, mark)?;
     spec.write(&out)?;
-    headlab_train::log_line!(
-        "sweep: {} runs into {} ({} launcher)",
-        points.len(),
-        out.display(),
-        match launcher {
-            Launcher::Local => "local",
-            Launcher::Slurm => "slurm",
-        }
-    );
+    // A Slurm sweep says what it submitted once sbatch took it.
+    if launcher == Launcher::Local {
+        headlab_train::log_line!(
+            "sweep: {} into {} (local launcher)",
+            runs(points.len()),
+            out.display()
+        );
+    }
     match launcher {
         Launcher::Local if jobs > 1 => {
             run_jobs(&out, points.len(), jobs, &resume_command)?;
@@ -221,6 +238,7 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
                 observers: &observers,
                 resume: args.resume,
                 resume_command: &resume_command,
+                what: "sweep",
             };
             let table = run_local(&out, &spec, runs)?;
             println!("{table}");
@@ -229,7 +247,41 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
         }
         Launcher::Slurm => {
             drop(in_use);
-            submit(&out, &args.slurm, None)?;
+            // A resumed sweep submits only the runs not done (none is alive: refused above).
+            let only: Option<Vec<usize>> = args.resume.then(|| {
+                points
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, p)| state(&out, p) != State::Done)
+                    .map(|(k, _)| k)
+                    .collect()
+            });
+            if only.as_ref().is_some_and(Vec::is_empty) {
+                eprintln!(
+                    "every run of the sweep in {} is done: nothing to submit; build the tables \
+                     with: headlab sweep {} --collect",
+                    out.display(),
+                    out.display()
+                );
+                return Ok(());
+            }
+            if let Err(e) = submit(&out, &args.slurm, only.as_deref()) {
+                // A sweep this command made and could not submit leaves nothing behind.
+                if made {
+                    std::fs::remove_dir_all(&out)
+                        .with_context(|| format!("removing {}", out.display()))?;
+                    return Err(e.context(format!(
+                        "nothing was submitted, and {} was removed; fix the setting and run \
+                         the command again",
+                        out.display()
+                    )));
+                }
+                return Err(e.context(format!(
+                    "nothing was submitted; {} is kept: fix the setting and submit it with: \
+                     {resume_command}",
+                    out.display()
+                )));
+            }
             if !args.slurm.dry_run {
                 eprintln!(
                     "once every run is done, build the tables with: headlab sweep {} --collect",
@@ -259,13 +311,21 @@ fn run_jobs(dir: &Path, n: usize, jobs: usize, resume_command: &str) -> Result<(
     while next < n || !running.is_empty() {
         while next < n && running.len() < jobs && !headlab_train::stop::requested() {
             let log_path = logs.join(format!("run-{next}.log"));
-            let log = std::fs::File::create(&log_path)
-                .with_context(|| format!("creating {}", log_path.display()))?;
+            // Appended to: a resumed sweep keeps what the earlier process wrote.
+            let mut log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&log_path)
+                .with_context(|| format!("opening {}", log_path.display()))?;
+            use std::io::Write as _;
+            writeln!(log, "== headlab sweep: run {next}")
+                .with_context(|| format!("writing {}", log_path.display()))?;
             let child = Command::new(&exe)
                 .arg("sweep")
                 .arg(dir)
                 .args(["--point", &next.to_string()])
                 .env("RAYON_NUM_THREADS", threads.to_string())
+                .env(RESUME_ENV, resume_command)
                 .stdout(log.try_clone().context("the run's log")?)
                 .stderr(log)
                 .spawn()
@@ -303,6 +363,7 @@ fn run_jobs(dir: &Path, n: usize, jobs: usize, resume_command: &str) -> Result<(
     }
     if headlab_train::stop::requested() {
         return Err(headlab_labs::LabError::Between {
+            what: "sweep",
             out: dir.to_path_buf(),
             resume: resume_command.to_string(),
         }
@@ -318,52 +379,132 @@ fn run_jobs(dir: &Path, n: usize, jobs: usize, resume_command: &str) -> Result<(
     Ok(())
 }
 
-/// One line per run: done, failed (with its log), running or pending (Slurm's word, when
-/// the sweep was submitted and `squeue` answers), started, or not started.
+/// Where a local sweep's `--point` processes find the command that continues the sweep.
+const RESUME_ENV: &str = "HEADLAB_SWEEP_RESUME";
+
+/// The refusal for tasks Slurm still holds, `why` saying what would go wrong.
+fn held_message(dir: &Path, held: &[(usize, String)], why: &str) -> String {
+    let job = job(dir).unwrap_or_default();
+    let tasks: Vec<String> = held.iter().map(|(k, s)| format!("{k} {s}")).collect();
+    format!(
+        "Slurm job {job} still holds runs of the sweep in {} ({}); {why}. Follow them with: \
+         headlab sweep {} --status, or cancel them first (scancel {job})",
+        dir.display(),
+        tasks.join(", "),
+        dir.display()
+    )
+}
+
+/// `--resubmit K,...`: the Slurm sweep's runs `tasks` again, each neither done nor held.
+fn resubmit(dir: &Path, spec: &SweepSpec, tasks: &[usize], slurm: &SlurmArgs) -> Result<()> {
+    let points = spec.points();
+    if let Some(k) = tasks.iter().find(|&&k| k >= points.len()) {
+        bail!(
+            "--resubmit {k}: the sweep has runs 0 to {}",
+            points.len() - 1
+        );
+    }
+    if let Some(&k) = tasks
+        .iter()
+        .find(|&&k| state(dir, &points[k]) == State::Done)
+    {
+        bail!(
+            "run {k} ({}) of the sweep in {} is done: nothing to resubmit",
+            points[k].name,
+            dir.display()
+        );
+    }
+    if !is_slurm_sweep(dir) {
+        bail!(
+            "{} is a local sweep (it has no sweep.sbatch): its runs train here, not on Slurm; \
+             continue it with the command that made it and --resume",
+            dir.display()
+        );
+    }
+    let held: Vec<(usize, String)> = alive(dir)
+        .into_iter()
+        .filter(|(k, _)| tasks.contains(k))
+        .collect();
+    if !held.is_empty() {
+        bail!(
+            "{}",
+            held_message(dir, &held, "submitting them again would train them twice")
+        );
+    }
+    submit(dir, slurm, Some(tasks))
+}
+
+/// The last line a task or run wrote into its log, if any.
+fn last_line(log: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| l.trim().to_string())
+}
+
+/// One line per run: done, failed (with its log), pending or running (Slurm's word, when the
+/// sweep was submitted and `squeue` answers), how Slurm ended it (cancelled, timeout, ...:
+/// `sacct` or `scontrol`, with its log's last line), started, or not started; then the count
+/// and the command that continues the runs not done.
 fn status(dir: &Path, spec: &SweepSpec) -> String {
-    let queue: Vec<(usize, String)> = std::fs::read_to_string(dir.join("slurm-job"))
-        .ok()
-        .and_then(|job| {
-            let out = Command::new("squeue")
-                .args(["-h", "-r", "-j", job.trim(), "-o", "%K %T"])
-                .output()
-                .ok()?;
-            let text = String::from_utf8_lossy(&out.stdout).into_owned();
-            Some(
-                text.lines()
-                    .filter_map(|l| {
-                        let (k, s) = l.split_once(' ')?;
-                        Some((k.parse().ok()?, s.to_lowercase()))
-                    })
-                    .collect(),
-            )
-        })
-        .unwrap_or_default();
+    let queue = alive(dir);
+    let slurm = is_slurm_sweep(dir);
+    let finished = if slurm { ended(dir) } else { Vec::new() };
     let mut s = String::new();
     let (mut done, points) = (0, spec.points());
+    let mut to_continue = Vec::new();
     for (k, p) in points.iter().enumerate() {
         let exit = std::fs::read_to_string(dir.join("logs").join(format!("task-{k}.exit")))
             .ok()
             .map(|t| t.trim().to_string());
-        let log = dir.join("logs").join(format!("task-{k}.out"));
-        let word = match (
-            state(dir, p),
-            exit.as_deref(),
-            queue.iter().find(|q| q.0 == k),
-        ) {
+        let log = dir.join("logs").join(if slurm {
+            format!("task-{k}.out")
+        } else {
+            format!("run-{k}.log")
+        });
+        let held = queue.iter().find(|q| q.0 == k);
+        let word = match (state(dir, p), exit.as_deref(), held) {
             (State::Done, ..) => {
                 done += 1;
                 "done".to_string()
             }
+            (_, _, Some((_, word))) => word.clone(),
             (_, Some(code), _) if code != "0" => {
+                to_continue.push(k);
                 format!("failed (exit {code}; log {})", log.display())
             }
-            (_, _, Some((_, slurm))) => slurm.clone(),
-            (State::Started, ..) => "started, not finished".into(),
-            (State::NotStarted, ..) => "not started".into(),
+            (state, ..) => {
+                to_continue.push(k);
+                let base = match state {
+                    State::Started => "started, not finished",
+                    _ => "not started",
+                };
+                match finished.iter().find(|f| f.0 == k) {
+                    Some((_, how)) if how != "completed" => {
+                        let said = last_line(&log)
+                            .map(|l| format!("; its log ends: {l}"))
+                            .unwrap_or_default();
+                        format!("{how} by Slurm, {base}{said}")
+                    }
+                    _ => base.to_string(),
+                }
+            }
         };
         s += &format!("{k:>3}  {:<40} {word}\n", p.name);
     }
     s += &format!("{done} of {} done\n", points.len());
+    if !to_continue.is_empty() && queue.is_empty() {
+        s += &if slurm {
+            format!(
+                "continue the runs not done with: headlab sweep {} --resubmit {}\n",
+                dir.display(),
+                task_list(&to_continue)
+            )
+        } else {
+            "continue the runs not done with the command that made the sweep and --resume\n"
+                .to_string()
+        };
+    }
     s
 }

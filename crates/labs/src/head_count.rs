@@ -733,6 +733,7 @@ mod tests {
             observers: &Vec::new,
             resume: false,
             resume_command: "",
+            what: "lab",
         };
         let err = heads(base, vec![1], &[3], out.path(), runs).unwrap_err();
         let LabError::HeadsDoNotDivide {

@@ -113,6 +113,14 @@ pub enum LabError {
     /// Searching a lab's model for its circuit.
     #[error(transparent)]
     Circuit(#[from] headlab_heads::discovery::CircuitError),
+    /// A folder given as a sweep's that holds none (a run folder, a file, nothing).
+    #[error("{} is not a sweep folder: {why}", .dir.display())]
+    NoSweep {
+        /// What was given.
+        dir: PathBuf,
+        /// What it is, and what to give instead.
+        why: String,
+    },
     /// A folder whose `sweep.json` is not a sweep's.
     #[error("{} is not a headlab sweep's file ({why}); give the folder a sweep made, or start one there with --force", .path.display())]
     NotASweep {
@@ -120,6 +128,17 @@ pub enum LabError {
         path: PathBuf,
         /// What is wrong with it.
         why: String,
+    },
+    /// A `--set` of a key that an axis of the grid also sets.
+    #[error(
+        "--set {set}: {key} is an axis of the grid, which sets it for each run; drop the --set, \
+         or give the value as the axis's only one (--grid {key}=...)"
+    )]
+    SetOnAxis {
+        /// The `--set` as given.
+        set: String,
+        /// Its key.
+        key: String,
     },
     /// A grid value a config cannot take (the key and the valid ones named, as `--set` does).
     #[error("{0}")]
@@ -133,7 +152,7 @@ pub enum LabError {
         why: String,
     },
     /// Results asked of a sweep whose runs are not all finished.
-    #[error("{} runs of the sweep in {} have not finished: {}; continue them with --resume (or see --status)", .runs.len(), .dir.display(), .runs.join(", "))]
+    #[error("{} of the sweep in {} not finished: {}; `headlab sweep {} --status` says where each stands and the command that continues them", crate::sweep::runs(.runs.len()), .dir.display(), .runs.join(", "), .dir.display())]
     Unfinished {
         /// The sweep folder.
         dir: PathBuf,
@@ -145,11 +164,13 @@ pub enum LabError {
     Prune(#[from] headlab_heads::pruning::PruneError),
     /// A stop request while the lab measured a finished run: the runs it finished are kept.
     #[error(
-        "interrupted while the lab measured its runs; the runs it finished are kept in {}. \
-         Continue the lab with: {resume}",
+        "interrupted while the {what} measured its runs; the runs it finished are kept in {}. \
+         Continue the {what} with: {resume}",
         .out.display()
     )]
     Between {
+        /// `lab` or `sweep`.
+        what: &'static str,
         /// The lab's folder.
         out: PathBuf,
         /// The command that continues the lab.
@@ -157,11 +178,13 @@ pub enum LabError {
     },
     /// A stop request (Ctrl-C, SIGTERM) ended one of the lab's runs at a checkpoint.
     #[error(
-        "interrupted at step {step} of {}, which saved a checkpoint there; the lab's finished \
-         runs are kept. Continue the lab with: {resume}",
+        "interrupted at step {step} of {}, which saved a checkpoint there; the {what}'s \
+         finished runs are kept. Continue the {what} with: {resume}",
         .run.display()
     )]
     Interrupted {
+        /// `lab` or `sweep`.
+        what: &'static str,
         /// The step the run stopped at.
         step: usize,
         /// The run.
@@ -207,11 +230,13 @@ pub enum LabError {
     },
     /// The disk filled up under one of the lab's runs (its partial checkpoint removed).
     #[error(
-        "the disk holding {} is full ({cause}). The lab's finished runs and this run's last \
-         checkpoint are kept; free some space, then continue the lab with: {resume}",
+        "the disk holding {} is full ({cause}). The {what}'s finished runs and this run's last \
+         checkpoint are kept; free some space, then continue the {what} with: {resume}",
         .run.display()
     )]
     DiskFull {
+        /// `lab` or `sweep`.
+        what: &'static str,
         /// The run.
         run: PathBuf,
         /// What could not be written.
@@ -247,6 +272,8 @@ pub struct Runs<'a> {
     pub resume: bool,
     /// The command that continues this lab, for the line a stop request prints.
     pub resume_command: &'a str,
+    /// What continues: `lab` or `sweep`, for that line.
+    pub what: &'static str,
 }
 
 /// A lab's shipped config (embedded, so `headlab lab` works from any folder) with the user's
@@ -405,6 +432,7 @@ fn train_run_with(
         let mut observers = (runs.observers)();
         observers.extend(own);
         let interrupted = |step, run| LabError::Interrupted {
+            what: runs.what,
             step,
             run,
             resume: runs.resume_command.to_string(),
@@ -437,6 +465,7 @@ fn train_run_with(
             // The lab continues the run, with its own observers: say the lab's command.
             Err(TrainError::DiskFull { run, cause, .. }) => {
                 return Err(LabError::DiskFull {
+                    what: runs.what,
                     run,
                     cause,
                     resume: runs.resume_command.to_string(),
@@ -453,6 +482,7 @@ fn train_run_with(
 /// run ended is that error.
 fn between_runs(dir: &Path, runs: Runs<'_>) -> Result<(), LabError> {
     let between = LabError::Between {
+        what: runs.what,
         out: dir.parent().unwrap_or(dir).to_path_buf(),
         resume: runs.resume_command.to_string(),
     };

@@ -147,6 +147,12 @@ pub fn from_file(path: &Path) -> Result<(String, Vec<Axis>, SweepOptions), LabEr
                 let toml::Value::Array(values) = values else {
                     return Err(bad(format!("[sweep] grid: {key} must be a list of values")));
                 };
+                if values.is_empty() {
+                    return Err(bad(format!(
+                        "[sweep] grid: {key} = [] has no values; give at least one, e.g. \
+                         {key} = [1, 2]"
+                    )));
+                }
                 let values = values
                     .into_iter()
                     .map(|v| match v {
@@ -242,7 +248,8 @@ impl SweepSpec {
         Ok(config)
     }
 
-    /// Refuses an empty grid, an axis given twice, a value with a character that cannot go in
+    /// Refuses an empty grid, an axis with no values or given twice, a `--set` of an axis's
+    /// key, a value with a character that cannot go in
     /// a folder name, and any point whose config is invalid (naming the key, as `--set` does).
     pub fn check(&self) -> Result<Vec<Point>, LabError> {
         if self.axes.is_empty() {
@@ -254,6 +261,14 @@ impl SweepSpec {
             });
         }
         for (i, a) in self.axes.iter().enumerate() {
+            if a.values.is_empty() {
+                return Err(LabError::Setting {
+                    flag: "--grid",
+                    value: a.key.clone(),
+                    why: "has no values: give each axis at least one, e.g. --grid \
+                          model.n_heads=1,2,4",
+                });
+            }
             if self.axes[..i].iter().any(|b| b.key == a.key) {
                 return Err(LabError::Setting {
                     flag: "--grid",
@@ -273,6 +288,16 @@ impl SweepSpec {
                 });
             }
         }
+        // A --set of an axis's key would be overridden at every point: refuse it.
+        for set in &self.sets {
+            let key = set.split_once('=').map_or(set.as_str(), |(k, _)| k).trim();
+            if self.axes.iter().any(|a| a.key == key) {
+                return Err(LabError::SetOnAxis {
+                    set: set.clone(),
+                    key: key.to_string(),
+                });
+            }
+        }
         let points = self.points();
         for p in &points {
             self.config(p)?;
@@ -280,9 +305,36 @@ impl SweepSpec {
         Ok(points)
     }
 
-    /// Reads the sweep folder's `sweep.json`.
+    /// Reads the sweep folder's `sweep.json`; a run folder, a file or a missing folder is
+    /// named for what it is.
     pub fn read(dir: &Path) -> Result<Self, LabError> {
         let path = dir.join(SWEEP_FILE);
+        let no_sweep = |why: String| LabError::NoSweep {
+            dir: dir.to_path_buf(),
+            why,
+        };
+        if dir.is_file() {
+            return Err(no_sweep(
+                "it is a file; give the folder `headlab sweep --out` made (it holds sweep.json)"
+                    .into(),
+            ));
+        }
+        if !dir.is_dir() {
+            return Err(no_sweep(
+                "no such folder; give the folder `headlab sweep --out` made (it holds \
+                 sweep.json)"
+                    .into(),
+            ));
+        }
+        if !path.exists() {
+            let why = if dir.join("config.toml").is_file() {
+                "it is a run folder (it holds config.toml); give the sweep folder that holds \
+                 sweep.json, e.g. runs/sweep"
+            } else {
+                "it holds no sweep.json; give the folder `headlab sweep --out` made"
+            };
+            return Err(no_sweep(why.into()));
+        }
         let text = std::fs::read_to_string(&path).map_err(|source| LabError::File {
             action: "read",
             path: path.clone(),
@@ -521,14 +573,14 @@ pub fn results_md(spec: &SweepSpec, rows: &[Row]) -> String {
     let mut lines = csv.lines();
     let header: Vec<&str> = lines.next().unwrap_or("").split(',').collect();
     let mut s = format!(
-        "# sweep\n\nBase config: {}{}. {} runs.\n\n| {} |\n|{}\n",
+        "# sweep\n\nBase config: {}{}. {}.\n\n| {} |\n|{}\n",
         spec.base_name,
         if spec.sets.is_empty() {
             String::new()
         } else {
             format!(" with {}", spec.sets.join(" "))
         },
-        rows.len(),
+        runs(rows.len()),
         header.join(" | "),
         "---|".repeat(header.len())
     );
@@ -567,7 +619,7 @@ pub fn results_html(spec: &SweepSpec, rows: &[Row]) -> String {
          <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}\
          th,td{{border:1px solid #ccc;padding:4px 8px;text-align:right}}th{{cursor:pointer;\
          background:#f4f4f4}}</style></head><body><h1>headlab sweep</h1><p>Base config: {} \
-         {}. {} runs; click a column's heading to sort by it.</p><img src=\"losses.png\" \
+         {}. {}; click a column's heading to sort by it.</p><img src=\"losses.png\" \
          alt=\"every run's val loss\" width=\"900\">{table}<script>\
          document.querySelectorAll('#results th').forEach((th,i)=>th.onclick=()=>{{\
          const body=document.querySelector('#results tbody');\
@@ -578,8 +630,17 @@ pub fn results_html(spec: &SweepSpec, rows: &[Row]) -> String {
          </script></body></html>\n",
         escape(&spec.base_name),
         escape(&spec.sets.join(" ")),
-        rows.len(),
+        runs(rows.len()),
     )
+}
+
+/// "1 run", "4 runs".
+pub fn runs(n: usize) -> String {
+    if n == 1 {
+        "1 run".into()
+    } else {
+        format!("{n} runs")
+    }
 }
 
 /// Writes the results files into `dir` and returns the markdown table.

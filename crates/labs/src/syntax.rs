@@ -504,8 +504,8 @@ fn prune_section(lab: &SyntaxLab) -> String {
         .count();
     let _ = writeln!(
         s,
-        "\nThe seed's claim, \"remove any head and quality drops\": on {free} of {n} models some \
-         order removes a head at no cost. The importance order removes at least as many heads \
+        "\nA common claim about multi-head attention, that removing any head makes the model \
+         worse: on {free} of {n} models some order removes a head at no cost. The importance order removes at least as many heads \
          at no cost as every random order on {beats} of {n}. Each run's curves are in its \
          `prune/` (`prune.csv`, `prune.png`, `agreement.png`) and on its page; `prune.png` here \
          sets the importance order against the random ones.\n",
