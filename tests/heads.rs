@@ -1343,6 +1343,18 @@ fn attribution_patching_estimates_every_patch_and_says_how_well() {
 fn circuit_discovery_keeps_edges_by_its_rule_and_refuses_bad_input() {
     let dir = tempfile::tempdir().unwrap();
     import_char_export(dir.path());
+    // The spy pair turned round: this model favours "y" over "e" a little more after "spy"
+    // (0.13 apart), so turned round the gap points the wrong way.
+    let turned = [
+        "--clean",
+        "the dog sees the sp",
+        "--corrupted",
+        "the spy sees the sp",
+        "--answer",
+        "y",
+        "--versus",
+        "e",
+    ];
     let circuit = |extra: &[&str], out: &str| {
         let mut args = vec!["circuit", "imp"];
         args.extend_from_slice(&SPY_PAIR);
@@ -1350,6 +1362,23 @@ fn circuit_discovery_keeps_edges_by_its_rule_and_refuses_bad_input() {
         args.extend_from_slice(extra);
         headlab(&args, dir.path())
     };
+    // Issue 79: a gap that points the wrong way is refused, nothing written; one under a nat
+    // is searched with patch's warning, on the terminal and in summary.txt.
+    let mut wrong = vec!["circuit", "imp"];
+    wrong.extend_from_slice(&turned);
+    wrong.extend_from_slice(&["--out", "bad"]);
+    let refused = headlab(&wrong, dir.path());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("the gap points the wrong way"), "{stderr}");
+    assert!(!dir.path().join("bad").exists());
+    let warned = circuit(&[], "w");
+    let stderr = String::from_utf8_lossy(&warned.stderr);
+    assert!(warned.status.success(), "{stderr}");
+    assert!(stderr.contains("warning: the metric is"), "{stderr}");
+    assert!(stderr.contains("under 1 nat"), "{stderr}");
+    let summary = std::fs::read_to_string(dir.path().join("w/summary.txt")).unwrap();
+    assert!(summary.contains("warning: the metric is"), "{summary}");
     // Senders before each receiver: layer 0's 6 inputs read the embedding; mlp 0 reads it and
     // layer 0's heads; layer 1's inputs read those and mlp 0; mlp 1 and the logits more.
     let (layers, heads) = (2, 2);
@@ -1432,11 +1461,17 @@ fn circuit_discovery_keeps_edges_by_its_rule_and_refuses_bad_input() {
         assert!(!dir.path().join("bad").exists(), "{extra:?}");
     }
     // The built-in tasks. Agreement on characters: the whole model and the empty circuit
-    // score what exact patching's two runs score on the same prompts.
-    let printed = ok(&headlab(
+    // score what exact patching's two runs score on the same prompts. This small model
+    // favours "s" after "the men ..." more than after "the man ...": the gap points the
+    // wrong way, so circuit refuses, naming the two numbers patching measures.
+    let refused = headlab(
         &["circuit", "imp", "--task", "agreement", "--out", "t"],
         dir.path(),
-    ));
+    );
+    assert_eq!(refused.status.code(), Some(2));
+    let printed = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(printed.contains("points the wrong way"), "{printed}");
+    assert!(!dir.path().join("t").exists());
     let patched = ok(&headlab(
         &[
             "patch",
@@ -1466,36 +1501,23 @@ fn circuit_discovery_keeps_edges_by_its_rule_and_refuses_bad_input() {
             .unwrap()
     };
     assert_eq!(
-        number(&printed, "whole model "),
+        number(&printed, "the metric is "),
         number(&patched, "metric: clean ")
     );
     assert_eq!(
-        number(&printed, "every edge corrupted "),
+        number(&printed, "on the clean prompt and "),
         number(&patched, ", corrupted ")
     );
-    // Induction: p random tokens and the first p - 1 again, against p others and the same
-    // p - 1, as the task line shows them.
-    let printed = ok(&headlab(
+    // Induction: this model, no induction model, favours the corrupted run's token, so the
+    // task is refused the same way (the prompts' shape is the library's unit test,
+    // discovery::tests).
+    let refused = headlab(
         &["circuit", "imp", "--task", "induction", "--out", "i"],
         dir.path(),
-    ));
-    let quoted = |after: &str| -> Vec<char> {
-        let rest = printed.split(after).nth(1).unwrap();
-        let end = rest[1..].find("\", ").unwrap() + 2;
-        serde_json::from_str::<String>(&rest[..end])
-            .unwrap()
-            .chars()
-            .collect()
-    };
-    let (clean, corrupted) = (quoted("task: clean "), quoted(", corrupted "));
-    let p = clean.len().div_ceil(2);
-    assert!(p >= 2 && clean.len() == 2 * p - 1, "{printed}");
-    assert_eq!(clean[p..], clean[..p - 1]);
-    assert_eq!(corrupted[p..], clean[..p - 1]);
-    assert!(
-        corrupted[..p].iter().all(|c| !clean[..p].contains(c)),
-        "{printed}"
     );
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("points the wrong way"));
+    assert!(!dir.path().join("i").exists());
     let mixed = headlab(
         &[
             "circuit",
@@ -1780,15 +1802,16 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
     for line in trained_sweep.lines().skip(1) {
         let f: Vec<&str> = line.split(',').collect();
         let name = match f[1] {
-            "intact" => "intact".to_string(),
-            "tracked" => format!("{} zeroed", f[0]),
-            _ => format!("{} zeroed (control)", f[0]),
+            "intact" => "intact ".to_string(),
+            "tracked" => format!("{} zeroed ", f[0]),
+            // "(control)", or "(control, other layer)" where the layer has too few heads.
+            _ => format!("{} zeroed (control", f[0]),
         };
         let share = |x: f64| format!("{}%", (100.0 * x).round());
-        let (formed, agreeing): (f64, f64) = (f[6].parse().unwrap(), f[7].parse().unwrap());
+        let formed: f64 = f[6].parse().unwrap();
         let row: Vec<String> = block
             .iter()
-            .find(|l| l.trim_start().starts_with(&format!("{name} ")))
+            .find(|l| l.trim_start().starts_with(&name))
             .unwrap_or_else(|| panic!("no row {name:?} in {block:#?}"))
             .split_whitespace()
             .map(str::to_string)
@@ -1797,10 +1820,11 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
         let accuracy: f64 = f[3].parse().unwrap();
         assert_eq!(row[n - 3], format!("{accuracy:.2}"), "{line}: {row:?}");
         assert_eq!(row[n - 2], share(formed), "{line}: {row:?}");
-        let among = if formed > 0.0 {
-            share(agreeing / formed)
-        } else {
-            "-".into()
+        // Issue 79: agreement.csv's `agreeing` is the terminal's share, of the well-formed
+        // sentences (it was of all of them); empty where none is well-formed.
+        let among = match f[7] {
+            "" => "-".to_string(),
+            agreeing => share(agreeing.parse().unwrap()),
         };
         assert_eq!(row[n - 1], among, "{line}: {row:?}");
     }
@@ -1928,10 +1952,12 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
             }
         }
         // The sentences sampled with those heads zeroed: 100 (the default
-        // train.grammar_sentences, 200, capped), shares in [0, 1], agreeing among the
-        // well-formed.
+        // train.grammar_sentences, 200, capped), shares in [0, 1], agreeing a share of the
+        // well-formed (empty when none is).
         assert_eq!(f[5], "100", "{line}");
-        assert!(num(7) <= num(6) && (0.0..=1.0).contains(&num(6)), "{line}");
+        assert!((0.0..=1.0).contains(&num(6)), "{line}");
+        assert_eq!(f[7].is_empty(), num(6) == 0.0, "{line}");
+        assert!(f[7].is_empty() || (0.0..=1.0).contains(&num(7)), "{line}");
         if heads.is_empty() {
             // Intact: what the grammar checker says of the model's own samples.
             let g = headlab_train::grammar::grammaticality(
@@ -1942,7 +1968,14 @@ fn heads_on_a_grammar_run_scores_syntax_against_its_parse_and_the_forced_choice(
             )
             .unwrap();
             assert!((num(6) - g.well_formed).abs() < 1e-6, "{line}: {g:?}");
-            assert!((num(7) - g.agreeing).abs() < 1e-6, "{line}: {g:?}");
+            if g.well_formed > 0.0 {
+                assert!(
+                    (num(7) - g.agreeing / g.well_formed).abs() < 1e-6,
+                    "{line}: {g:?}"
+                );
+            } else {
+                assert_eq!(f[7], "", "{line}: {g:?}");
+            }
             for (k, (verbs, agree)) in g.by_construction.iter().enumerate() {
                 if *verbs == 0 {
                     assert_eq!(f[14 + k], "", "{line}");
@@ -2184,6 +2217,12 @@ fn prune_removes_heads_by_importance_and_its_first_step_is_zeroing_one_head() {
     ok(&out);
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(stdout.contains("pruning 4 heads one at a time"), "{stdout}");
+    // Every order ends at the same headless model: its loss is said once (issue 79).
+    assert_eq!(
+        stdout.matches("with every head removed").count(),
+        1,
+        "{stdout}"
+    );
     let csv = std::fs::read_to_string(dir.path().join("g/prune/prune.csv")).unwrap();
     let rows: Vec<Vec<&str>> = csv
         .lines()

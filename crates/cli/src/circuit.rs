@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use headlab_heads::discovery::{DEFAULT_THRESHOLD, Method, discover, induction_task};
-use headlab_heads::discovery_report::{circuit_csv, circuit_summary};
+use headlab_heads::discovery_report::{circuit_csv, circuit_summary, small_gap};
 use headlab_report::circuit::circuit_svg;
 
 use crate::common::{OnRun, open_run, whole_number};
@@ -87,7 +87,8 @@ pub fn run(args: CircuitArgs) -> Result<()> {
         match (args.task, &args.clean, &args.corrupted, &args.answer) {
             (Some(TaskArg::Induction), ..) => {
                 let c = &trained.model.config;
-                induction_task(c.vocab_size, c.block_size)?
+                let unknown: Vec<u32> = tokenizer.unknown_id().into_iter().collect();
+                induction_task(c.vocab_size, c.block_size, &unknown)?
             }
             (Some(TaskArg::Agreement), ..) => {
                 let (clean, corrupted) = AGREEMENT;
@@ -135,10 +136,16 @@ pub fn run(args: CircuitArgs) -> Result<()> {
         }
         headlab_heads::Metric::LogProb { answer } => format!("log p({})", shown(&[answer])),
     };
+    // As patch warns: shares of a gap under a nat are shares of noise.
+    let warning = small_gap(&found);
+    if let Some(w) = &warning {
+        eprintln!("warning: {w}");
+    }
     let text = format!(
-        "task: clean {}, corrupted {}, scored by {scored} after the last token\n{}",
+        "task: clean {}, corrupted {}, scored by {scored} after the last token\n{}{}",
         shown(&clean),
         shown(&corrupted),
+        warning.map_or(String::new(), |w| format!("warning: {w}\n")),
         circuit_summary(&found)
     );
     for (name, body) in [

@@ -389,7 +389,9 @@ impl Tokenizer {
                 let hf =
                     tokenizers::Tokenizer::from_str(json).map_err(|e| foreign(e.to_string()))?;
                 Ok(Tokenizer::Word {
-                    huggingface: Box::new(WordTokenizer::from_hf(hf).map_err(foreign)?),
+                    huggingface: Box::new(
+                        WordTokenizer::from_hf(hf).map_err(|e| foreign(e.to_string()))?,
+                    ),
                 })
             }
             Some("BPE") => {
@@ -602,6 +604,15 @@ impl Tokenizer {
                 out
             }
             Tokenizer::Char { .. } | Tokenizer::Word { .. } => self.decode(ids).into_bytes(),
+        }
+    }
+
+    /// The id that stands for any word the vocabulary lacks (the word tokenizer's
+    /// `<unk>`), which no prompt should hold; the other tokenizers have none.
+    pub fn unknown_id(&self) -> Option<u32> {
+        match self {
+            Tokenizer::Word { huggingface } => Some(huggingface.unknown_id()),
+            _ => None,
         }
     }
 

@@ -62,6 +62,33 @@ pub enum WordError {
     },
     #[error("word tokenizer: {0}")]
     Hf(String),
+    #[error("word tokenizer: {0}")]
+    NotWordLevel(#[from] NotAWordTokenizer),
+}
+
+/// Why a Hugging Face tokenizer is not a word tokenizer of this module
+/// ([`WordTokenizer::from_hf`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotAWordTokenizer {
+    #[error("its model is not WordLevel")]
+    Model,
+    #[error(
+        "its pre-tokenizer is not a Split on {WORD_PATTERN:?} (isolated), so its words would \
+         differ"
+    )]
+    PreTokenizer,
+    #[error("it has a normalizer or post-processor, which would change the text")]
+    ChangesText,
+    #[error("it has added tokens, which headlab does not use")]
+    AddedTokens,
+    #[error("it has {0} words, more than {MAX_WORD_VOCAB}")]
+    TooManyWords(usize),
+    #[error("its unknown word is not {UNKNOWN_WORD:?} with id 0")]
+    UnknownWord,
+    #[error("word ids are not 0..{n}: id {id} is missing")]
+    MissingId { n: usize, id: u32 },
+    #[error("word {0} is empty")]
+    EmptyWord(usize),
 }
 
 /// A word-level tokenizer: the Hugging Face tokenizer and each id's word.
@@ -128,51 +155,42 @@ impl WordTokenizer {
         let json = hf_json(&words).to_string();
         let hf =
             tokenizers::Tokenizer::from_str(&json).map_err(|e| WordError::Hf(e.to_string()))?;
-        Self::from_hf(hf).map_err(WordError::Hf)
+        Ok(Self::from_hf(hf)?)
     }
 
     /// Checks a Hugging Face tokenizer is a word tokenizer of this module (a WordLevel model
     /// behind [`WORD_PATTERN`], nothing that changes text) and indexes its words.
-    pub fn from_hf(hf: tokenizers::Tokenizer) -> Result<Self, String> {
+    pub fn from_hf(hf: tokenizers::Tokenizer) -> Result<Self, NotAWordTokenizer> {
         use tokenizers::{Model as _, ModelWrapper, PreTokenizerWrapper};
         let ModelWrapper::WordLevel(model) = hf.get_model() else {
-            return Err("its model is not WordLevel".into());
+            return Err(NotAWordTokenizer::Model);
         };
         match hf.get_pre_tokenizer() {
             Some(PreTokenizerWrapper::Split(s)) if *s == splitter() => {}
-            _ => {
-                return Err(format!(
-                    "its pre-tokenizer is not a Split on {WORD_PATTERN:?} (isolated), so its \
-                     words would differ"
-                ));
-            }
+            _ => return Err(NotAWordTokenizer::PreTokenizer),
         }
         if hf.get_normalizer().is_some() || hf.get_post_processor().is_some() {
-            return Err(
-                "it has a normalizer or post-processor, which would change the text".into(),
-            );
+            return Err(NotAWordTokenizer::ChangesText);
         }
         if !hf.get_added_vocabulary().is_empty() {
-            return Err("it has added tokens, which headlab does not use".into());
+            return Err(NotAWordTokenizer::AddedTokens);
         }
         let n = model.get_vocab_size();
         if n > MAX_WORD_VOCAB {
-            return Err(format!("it has {n} words, more than {MAX_WORD_VOCAB}"));
+            return Err(NotAWordTokenizer::TooManyWords(n));
         }
         if model.unk_token != UNKNOWN_WORD || model.token_to_id(UNKNOWN_WORD) != Some(0) {
-            return Err(format!(
-                "its unknown word is not {UNKNOWN_WORD:?} with id 0"
-            ));
+            return Err(NotAWordTokenizer::UnknownWord);
         }
         let words = (0..n as u32)
             .map(|id| {
                 model
                     .id_to_token(id)
-                    .ok_or_else(|| format!("word ids are not 0..{n}: id {id} is missing"))
+                    .ok_or(NotAWordTokenizer::MissingId { n, id })
             })
             .collect::<Result<Vec<_>, _>>()?;
         if let Some(empty) = words.iter().position(String::is_empty) {
-            return Err(format!("word {empty} is empty"));
+            return Err(NotAWordTokenizer::EmptyWord(empty));
         }
         Ok(Self { hf, words })
     }
@@ -394,10 +412,9 @@ mod tests {
         let mut other: serde_json::Value = serde_json::from_str(&t.to_huggingface_json()).unwrap();
         other["pre_tokenizer"] = serde_json::json!({ "type": "Whitespace" });
         let hf = tokenizers::Tokenizer::from_str(&other.to_string()).unwrap();
-        assert!(
-            WordTokenizer::from_hf(hf)
-                .unwrap_err()
-                .contains("pre-tokenizer")
+        assert_eq!(
+            WordTokenizer::from_hf(hf).unwrap_err(),
+            NotAWordTokenizer::PreTokenizer
         );
     }
 }

@@ -50,6 +50,20 @@ pub enum CircuitError {
         /// The bound.
         max: usize,
     },
+    /// A task whose corrupted prompt scores the answer higher than the clean one: there is
+    /// no gap for a circuit to explain.
+    #[error(
+        "the metric is {clean:.4} on the clean prompt and {corrupted:.4} on the corrupted one: \
+         the corrupted prompt favours the answer more, so the gap points the wrong way and no \
+         circuit explains it; swap --clean and --corrupted (and --answer and --versus), or \
+         choose prompts on which the clean one favours the answer"
+    )]
+    WrongWay {
+        /// The whole model's metric on the clean prompt.
+        clean: f64,
+        /// On the corrupted prompt.
+        corrupted: f64,
+    },
     /// A threshold outside `[0, 1)`.
     #[error(
         "--threshold {0} is out of range: it is a share of the clean-minus-corrupted gap, in \
@@ -335,8 +349,9 @@ pub fn run_graph(
     (model.readout(stream), Writes(writes))
 }
 
-/// An edge with its score: ACDC's change of the metric when it was tried out (a share of the
-/// gap), EAP's first-order estimate of it.
+/// An edge with its score: the share of the clean-minus-corrupted gap the metric loses when
+/// the edge is corrupted (positive: the edge carries the task). ACDC measures it when it
+/// tries the edge out, with the edges left out before it; EAP estimates it to first order.
 #[derive(Debug, Clone, Serialize)]
 pub struct ScoredEdge {
     pub edge: Edge,
@@ -398,15 +413,20 @@ impl Discovery {
 /// `headlab circuit --task induction`'s prompts: `p` distinct random tokens then the first
 /// `p - 1` again (clean), against `p` other tokens, none of the clean copy's, then the same
 /// `p - 1` (corrupted): the answer is the clean run's `p`-th token, set against the corrupted
-/// one's. `p` is 12, or what the context and the vocabulary hold. Seeded, so every run gets
-/// the same prompts.
+/// one's. `p` is 12, or what the context and the vocabulary hold. No token of `leave_out`
+/// is drawn (the word tokenizer's `<unk>`, which stands for no word). Seeded, so every run
+/// gets the same prompts.
 pub fn induction_task(
     vocab_size: usize,
     block_size: usize,
+    leave_out: &[u32],
 ) -> Result<(Vec<u32>, Vec<u32>, Metric), CircuitError> {
     use rand::SeedableRng;
     use rand::seq::SliceRandom;
-    let p = 12.min(block_size.div_ceil(2)).min(vocab_size / 2);
+    let mut ids: Vec<u32> = (0..vocab_size as u32)
+        .filter(|id| !leave_out.contains(id))
+        .collect();
+    let p = 12.min(block_size.div_ceil(2)).min(ids.len() / 2);
     if p < 2 {
         return Err(CircuitError::Model(format!(
             "--task induction writes 2 or more random tokens twice and as many others, which \
@@ -416,7 +436,6 @@ pub fn induction_task(
         )));
     }
     let mut rng = rand::rngs::StdRng::seed_from_u64(0);
-    let mut ids: Vec<u32> = (0..vocab_size as u32).collect();
     ids.shuffle(&mut rng);
     let first: Vec<u32> = ids[..p].to_vec();
     let other: Vec<u32> = ids[p..2 * p].to_vec();
@@ -462,6 +481,12 @@ pub fn discover(
     let empty = metric_of(corrupted_logits, metric);
     if full == empty {
         return Err(PatchError::NoDifference(full).into());
+    }
+    if full < empty {
+        return Err(CircuitError::WrongWay {
+            clean: full,
+            corrupted: empty,
+        });
     }
     let gap = full - empty;
     let passes = std::cell::Cell::new(2);
@@ -509,7 +534,9 @@ pub fn discover(
                 device,
             )
             .into_iter()
-            .map(|s| s / gap)
+            // The first-order change of the metric when the edge is corrupted, negated: the
+            // share of the gap it loses, ACDC's sign.
+            .map(|s| -s / gap)
             .collect();
             passes.set(passes.get() + 2);
             let mut order: Vec<usize> = (0..n).collect();
@@ -741,9 +768,10 @@ mod tests {
             (Sender::Head(1, 0), Receiver::Logits),
         ];
         for (method, threshold) in [(Method::Acdc, 1e-6), (Method::Eap, 0.0)] {
+            // This model scores the answer higher on CORRUPTED: that is the clean side here.
             let found = |_| {
                 discover(
-                    &model, &CLEAN, &CORRUPTED, METRIC, method, threshold, 1000, &device,
+                    &model, &CORRUPTED, &CLEAN, METRIC, method, threshold, 1000, &device,
                 )
                 .unwrap()
             };
@@ -786,5 +814,65 @@ mod tests {
             run(0.1, 10),
             Err(CircuitError::TooLarge { edges: 46, max: 10 })
         ));
+    }
+
+    /// `--task induction` draws no token it is told to leave out (the word tokenizer's
+    /// `<unk>`): with 5 ids and id 0 left out, the prompts use exactly the other four.
+    #[test]
+    fn the_induction_task_draws_no_token_left_out() {
+        let (clean, corrupted, metric) = induction_task(5, 16, &[0]).unwrap();
+        let mut used: Vec<u32> = clean.iter().chain(&corrupted).copied().collect();
+        used.sort_unstable();
+        used.dedup();
+        assert_eq!(used, vec![1, 2, 3, 4], "{clean:?} {corrupted:?}");
+        let Metric::LogitDiff { answer, versus } = metric else {
+            panic!("{metric:?}")
+        };
+        assert!(answer != 0 && versus != 0);
+        // Too few tokens once it is left out: refused, not drawn.
+        assert!(induction_task(4, 16, &[0]).is_err());
+        // Its shape: p random tokens and the first p - 1 again, against p others and the same
+        // p - 1; the answer is the clean run's p-th token, against the corrupted run's.
+        let (clean, corrupted, metric) = induction_task(65, 64, &[]).unwrap();
+        let p = clean.len().div_ceil(2);
+        assert!(p == 12 && clean.len() == 2 * p - 1, "{clean:?}");
+        assert_eq!(clean[p..], clean[..p - 1]);
+        assert_eq!(corrupted[p..], clean[..p - 1]);
+        assert!(corrupted[..p].iter().all(|c| !clean[..p].contains(c)));
+        let mut first = clean[..p].to_vec();
+        first.sort_unstable();
+        first.dedup();
+        assert_eq!(first.len(), p, "distinct: {clean:?}");
+        assert_eq!(
+            metric,
+            Metric::LogitDiff {
+                answer: clean[p - 1],
+                versus: corrupted[p - 1]
+            }
+        );
+    }
+
+    /// A task whose corrupted prompt scores the answer higher than the clean one is refused
+    /// (the gap points the wrong way); the same task turned round is searched.
+    #[test]
+    fn a_gap_that_points_the_wrong_way_is_refused() {
+        let (model, device) = model(two_layers(), 3);
+        let full = metric_of(model.forward(batch(&CLEAN, &device)), METRIC);
+        let empty = metric_of(model.forward(batch(&CORRUPTED, &device)), METRIC);
+        assert!(full != empty);
+        let (clean, corrupted) = if full > empty {
+            (CLEAN, CORRUPTED)
+        } else {
+            (CORRUPTED, CLEAN)
+        };
+        let search = |a: &[u32], b: &[u32]| {
+            discover(&model, a, b, METRIC, Method::Acdc, 0.02, 5000, &device)
+        };
+        assert!(search(&clean, &corrupted).is_ok());
+        let err = search(&corrupted, &clean).unwrap_err();
+        assert!(
+            matches!(err, CircuitError::WrongWay { clean: c, corrupted: d } if c < d),
+            "{err}"
+        );
     }
 }

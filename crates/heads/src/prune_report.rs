@@ -100,15 +100,20 @@ pub fn summary(curves: &[PruneCurve]) -> String {
     };
     let _ = writeln!(s, "  heads removed {bound}:");
     for curve in curves {
-        let last = curve.steps.last().expect("a curve has its intact step");
         let _ = writeln!(
             s,
-            "    {:<12} {} of {total} (with every head removed: val loss {:.4})",
+            "    {:<12} {} of {total}",
             curve.order.name(),
             removable(curve, 0.01, 0.01),
-            last.val_loss
         );
     }
+    // Every order ends at the same model, with no head left: said once.
+    let last = first.steps.last().expect("a curve has its intact step");
+    let _ = writeln!(
+        s,
+        "  with every head removed: val loss {:.4}",
+        last.val_loss
+    );
     let kept: Vec<String> = last_removed(first, 3)
         .iter()
         .map(|(l, h)| format!("{l}.{h}"))

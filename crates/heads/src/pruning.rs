@@ -3,8 +3,8 @@
 //! recompute the importance of the heads left on the model so pruned, and repeat; after each
 //! removal, the loss on held-out batches and, on a grammar run, forced-choice agreement. As
 //! baselines the same curve in reverse order (the most important head first, recomputed) and
-//! in random orders. Where the curve stays flat, heads can go; the seed's claim "remove any
-//! head and quality drops" is read off the first removals.
+//! in random orders. Where the curve stays flat, heads can go; whether removing any head makes
+//! the model worse is read off the first removals.
 
 use burn::tensor::{Device, Tensor, TensorData};
 use headlab_data::{BuiltinCorpus, DataError, Dataset, Tokenizer};

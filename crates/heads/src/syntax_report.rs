@@ -22,7 +22,8 @@
 //!   `mean_p_right`; then what the model writes with those heads zeroed: `sampled`
 //!   sentences (the run's `train.grammar_sentences`, at most [`SWEEP_SENTENCES`], at its
 //!   seed), the share `well_formed`
-//!   and the share `agreeing` by the grammar checker (empty when none were sampled); then the
+//!   and `agreeing`, the share of the well-formed ones whose verbs agree (what the terminal and
+//!   the page print; empty when none were sampled or none is well-formed); then the
 //!   forced choice split by what stands between subject and verb
 //!   ([`headlab_data::syntax::Construction`]): `n_` and `accuracy_` of `prepositional` (a
 //!   prepositional phrase), `relative` (a relative clause) and `nothing` (accuracy empty where
@@ -294,7 +295,13 @@ pub fn agreement_csv(sweep: &[AblationRow]) -> String {
         };
         let r = &row.result;
         let sampled = row.sampled.map_or(",,".to_string(), |g| {
-            format!("{},{:.6},{:.6}", g.sentences, g.well_formed, g.agreeing)
+            let among = g.agreeing_if_formed();
+            let among = if among.is_finite() {
+                format!("{among:.6}")
+            } else {
+                String::new()
+            };
+            format!("{},{:.6},{among}", g.sentences, g.well_formed)
         });
         let constructions: String = r
             .by_construction
@@ -619,6 +626,13 @@ fn sampled_line(sweep: &[AblationRow]) -> Option<String> {
 /// heads that beat their fixed-offset baseline. [`one_line`] says the same in one line.
 pub fn block(report: &SyntaxReport) -> String {
     let mut s = format!("syntax, measured on {} val sentences:\n", report.sentences);
+    // A control set with a head outside every tracker's layer ([`ablation_sweep`]'s rule
+    // when the layer has too few other heads).
+    let elsewhere = |heads: &[(usize, usize)]| {
+        heads
+            .iter()
+            .any(|&(l, _)| !report.tracked.iter().any(|&(t, _)| t == l))
+    };
     let tracked: Vec<&AgreementScore> = report
         .tracked
         .iter()
@@ -682,12 +696,21 @@ pub fn block(report: &SyntaxReport) -> String {
             .iter()
             .map(|row| match row.kind {
                 AblationKind::Intact => "intact".to_string(),
+                AblationKind::Control if elsewhere(&row.result.ablated) => {
+                    format!(
+                        "{} zeroed (control, other layer)",
+                        heads_name(&row.result.ablated)
+                    )
+                }
                 AblationKind::Control => {
                     format!("{} zeroed (control)", heads_name(&row.result.ablated))
                 }
                 _ => format!("{} zeroed", heads_name(&row.result.ablated)),
             })
             .collect();
+        let borrowed = table
+            .iter()
+            .any(|r| r.kind == AblationKind::Control && elsewhere(&r.result.ablated));
         let w = names.iter().map(String::len).max().unwrap_or(0);
         let _ = writeln!(
             s,
@@ -706,6 +729,11 @@ pub fn block(report: &SyntaxReport) -> String {
         }
         s += "    (forced choice: the verb's right form over its wrong one, 0.50 is chance;\n     \
               agreeing: the share of the well-formed sentences whose verbs agree)\n";
+        if borrowed {
+            s += "    (controls are as many other heads of the trackers' layer; this one has too \
+                  few, so they come\n     from other layers too, whose zeroing also breaks \
+                  what every later layer reads)\n";
+        }
     }
     let roles: Vec<String> = report
         .scores
@@ -738,6 +766,11 @@ pub fn block(report: &SyntaxReport) -> String {
     if let Some(line) = syntactic_line(report) {
         let _ = writeln!(s, "  {}", line.replacen("; each", ";\n    each", 1));
     }
+    // Three measures, three sets of heads: what each is, a line each.
+    s += "  (attend to the subject: where a head looks from a verb, subject against attractor;\n   \
+          beating the baseline: a head's most-attended word is the relation's more often than\n   \
+          any fixed offset's (Clark et al.); the syntactic head: the one of those that beats it\n   \
+          by the most, zeroed alone against each other head of its layer)\n";
     s
 }
 
@@ -916,4 +949,93 @@ pub fn one_line(report: &SyntaxReport) -> String {
         "syntax ({} val sentences): {tracker}{roles}",
         report.sentences
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::syntax::ForcedChoice;
+
+    fn row(kind: AblationKind, ablated: Vec<HeadId>, accuracy: f64) -> AblationRow {
+        AblationRow {
+            kind,
+            result: ForcedChoice {
+                ablated,
+                n: 10,
+                accuracy,
+                mean_p_right: accuracy,
+                by_construction: Vec::new(),
+                choices: Vec::new(),
+            },
+            sampled: Some(Sampled {
+                sentences: 100,
+                well_formed: 0.5,
+                agreeing: 0.25,
+                by_construction: [(0, 0); 3],
+            }),
+        }
+    }
+
+    fn report(tracked: Vec<HeadId>, sweep: Vec<AblationRow>) -> SyntaxReport {
+        SyntaxReport {
+            sentences: 10,
+            chars: 100,
+            scores: SyntaxScores {
+                relations: Vec::new(),
+                agreement: Vec::new(),
+                dropped: 0,
+            },
+            roles: Vec::new(),
+            tracked,
+            fallback: false,
+            sweep,
+        }
+    }
+
+    /// Issue 79: three trackers in a four-head layer leave one other head there, so the
+    /// control set comes from layer 0 too; the block says so on its row and why, and a
+    /// control of the trackers' own layer reads plain "(control)".
+    #[test]
+    fn a_control_from_another_layer_is_named_so() {
+        let tracked = vec![(1, 0), (1, 1), (1, 2)];
+        let borrowed = report(
+            tracked.clone(),
+            vec![
+                row(AblationKind::Intact, vec![], 1.0),
+                row(AblationKind::Tracked, tracked.clone(), 0.6),
+                row(AblationKind::Control, vec![(0, 0), (0, 1), (1, 3)], 0.7),
+            ],
+        );
+        let text = block(&borrowed);
+        assert!(
+            text.contains("0.0+0.1+1.3 zeroed (control, other layer)"),
+            "{text}"
+        );
+        assert!(text.contains("from other layers too"), "{text}");
+        let own = report(
+            vec![(1, 0)],
+            vec![
+                row(AblationKind::Intact, vec![], 1.0),
+                row(AblationKind::Tracked, vec![(1, 0)], 0.6),
+                row(AblationKind::Control, vec![(1, 3)], 1.0),
+            ],
+        );
+        let text = block(&own);
+        assert!(text.contains("1.3 zeroed (control) "), "{text}");
+        assert!(!text.contains("other layer"), "{text}");
+    }
+
+    /// Issue 79: agreement.csv's `agreeing` is the share the terminal prints, of the
+    /// well-formed sentences (0.25 of all, 0.5 well-formed: 0.5), not of all of them.
+    #[test]
+    fn agreeing_is_a_share_of_the_well_formed_sentences() {
+        let csv = agreement_csv(&[row(AblationKind::Intact, vec![], 1.0)]);
+        let fields: Vec<&str> = csv.lines().nth(1).unwrap().split(',').collect();
+        assert_eq!((fields[6], fields[7]), ("0.500000", "0.500000"), "{csv}");
+        let text = block(&report(
+            vec![],
+            vec![row(AblationKind::Intact, vec![], 1.0)],
+        ));
+        assert!(text.contains(" 50%       50%"), "{text}");
+    }
 }
