@@ -774,6 +774,38 @@ fn negative_numbers_get_the_range_message() {
         &["lens", "run", "--text", "the spy.", "--top", "-1"],
         &[negative],
     );
+    // Issue 79: `--top 0` printed an empty list.
+    fails(
+        dir,
+        &[
+            "patch",
+            "run",
+            "--clean",
+            "the spy",
+            "--corrupted",
+            "the spa",
+            "--answer",
+            "s",
+            "--top",
+            "0",
+        ],
+        &["--top", "0 asks for nothing: give 1 or more"],
+    );
+    // A file of the run given for the run: named as a file, its folder suggested.
+    fails(
+        dir,
+        &[
+            "patch",
+            "run/config.toml",
+            "--clean",
+            "the spy",
+            "--corrupted",
+            "the spa",
+            "--answer",
+            "s",
+        ],
+        &["run/config.toml", "it is a file", "perhaps run)"],
+    );
     fails(
         dir,
         &[

@@ -107,3 +107,12 @@ pub fn whole_number<T: std::str::FromStr>(text: &str) -> Result<T, String> {
         format!("{text} {why}: give a whole number of 0 or more, such as 1 or 1337")
     })
 }
+
+/// The value parser of a count that must be 1 or more (`patch --top`): 0 would ask for
+/// nothing, and print an empty list.
+pub fn at_least_one(text: &str) -> Result<usize, String> {
+    match whole_number::<usize>(text)? {
+        0 => Err(format!("{text} asks for nothing: give 1 or more")),
+        n => Ok(n),
+    }
+}

@@ -13,7 +13,7 @@ use headlab_heads::{Metric, Patching, Paths, patch_sweeps, path_sweep};
 use headlab_report::heatmap::heatmap_png;
 use headlab_report::report_run;
 
-use crate::common::{OnRun, open_run, whole_number};
+use crate::common::{OnRun, at_least_one, open_run};
 
 /// `headlab patch`.
 #[derive(Debug, Args)]
@@ -49,7 +49,7 @@ pub struct PatchArgs {
     #[arg(long, requires = "attribution")]
     pub exact: bool,
     /// Largest effects to print.
-    #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = whole_number::<usize>)]
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = at_least_one)]
     pub top: usize,
     /// Where to write patch.csv, patch.json and one PNG per site (default: RUN/patch, which
     /// the run's page, report.html, shows).
@@ -234,7 +234,7 @@ fn write_sweeps(
             "share of the clean answer restored"
         };
         let title = format!("{}: {what} (0 corrupted, 1 clean)", sweep.site);
-        let x_title = "position: the token read there (patched from the clean run)";
+        let x_title = labels.x_title(sweep);
         heatmap_png(
             &png,
             (&title, x_title),

@@ -390,7 +390,17 @@ fn truth_html(report: &CompareReport) -> String {
         let _ = write!(s, "<th>{}</th>", named(b));
     }
     s += "</tr></thead>\n<tbody>\n";
-    for (k, check) in first.checks.iter().enumerate() {
+    // As in compare.md: every row some backend has (bf16's scale checks), and a cell whose
+    // bound is its precision's own says it.
+    let rows = ran.iter().map(|b| b.checks.len()).max().unwrap_or(0);
+    for k in 0..rows {
+        let Some(check) = first
+            .checks
+            .get(k)
+            .or_else(|| ran.iter().find_map(|b| b.checks.get(k)))
+        else {
+            continue;
+        };
         let _ = write!(
             s,
             "<tr><td class=\"txt\">{}</td><td>{:.1e}</td>",
@@ -409,7 +419,12 @@ fn truth_html(report: &CompareReport) -> String {
                         Some(d) if c.name == "gradients" => format!(" ({})", escape(d)),
                         _ => String::new(),
                     };
-                    let _ = write!(s, "<td{class}>{:.1e}{at}</td>", c.error);
+                    let own = if c.bound == check.bound {
+                        String::new()
+                    } else {
+                        format!(" (bound {:.1e})", c.bound)
+                    };
+                    let _ = write!(s, "<td{class}>{:.1e}{at}{own}</td>", c.error);
                 }
                 None => s += "<td>-</td>",
             }
@@ -539,5 +554,34 @@ mod tests {
         assert!(page.contains("<td class=\"bad\">2.0e-5</td>"), "{page}");
         assert!(page.contains("<li>ndarray: logits: error 2.0e-5"), "{page}");
         assert_eq!(page.matches("<table>").count(), 3, "{page}");
+    }
+
+    /// Issue 79: a bf16 backend's errors stand against its own bounds on the page, as in
+    /// compare.md: 4.9e-2 within bf16's 6.0e-2 says that bound, one out of it is red, and its
+    /// scale row (which the f32 backends lack) is a row of the page.
+    #[test]
+    fn a_bf16_row_shows_its_own_bound_and_its_scale_checks() {
+        let mut r = report(&["flex", "flex-bf16"]);
+        let bf16 = &mut r.backends[1];
+        bf16.precision = "bf16".into();
+        bf16.checks[0].error = 4.9e-2;
+        bf16.checks[0].bound = 6e-2;
+        bf16.checks.push(Check {
+            name: "block 0 attention scale".into(),
+            detail: None,
+            error: 1.1e-2,
+            bound: 2.8e-3,
+            forward: true,
+        });
+        let page = compare_html(&r, &[String::new(), String::new()]);
+        assert!(page.contains("<td>4.9e-2 (bound 6.0e-2)</td>"), "{page}");
+        assert!(
+            page.contains(
+                "block 0 attention scale</td><td>2.8e-3</td><td>-</td><td class=\"bad\">1.1e-2</td>"
+            ),
+            "{page}"
+        );
+        let md = compare_markdown(&r);
+        assert!(md.contains("4.9e-2 (bound 6.0e-2)"), "{md}");
     }
 }

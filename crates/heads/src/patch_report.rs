@@ -68,6 +68,16 @@ impl Labels<'_> {
         }
     }
 
+    /// What a sweep's columns are, for its picture's x axis: heads for the `head` site
+    /// (each head's output at every position), positions for the others.
+    pub fn x_title(&self, sweep: &Sweep) -> &'static str {
+        if sweep.site == "head" {
+            "head of the layer: its whole output patched from the clean run"
+        } else {
+            "position: the token read there (patched from the clean run)"
+        }
+    }
+
     /// Every column of `sweep`: heads, or positions.
     pub fn columns(&self, sweep: &Sweep) -> Vec<String> {
         if sweep.site == "head" {
@@ -316,4 +326,44 @@ pub fn attribution_comparison(
         let _ = writeln!(s, "  {x:>+7.3} {y:>+7.3}  {what}");
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 79: patch-head.png's columns are heads, and its x axis says so; the other
+    /// sites' columns are positions, labelled by their tokens.
+    #[test]
+    fn each_sites_axis_names_what_its_columns_are() {
+        let tokens = [97, 98, 99];
+        let tokenizer = Tokenizer::byte();
+        let labels = Labels {
+            clean: &tokens,
+            corrupted: &tokens,
+            tokenizer: &tokenizer,
+        };
+        let sweep = |site| Sweep {
+            site,
+            layers: 1,
+            columns: 3,
+            metric: vec![0.0; 3],
+            restored: vec![0.0; 3],
+        };
+        let head = sweep("head");
+        assert_eq!(labels.columns(&head), ["head 0", "head 1", "head 2"]);
+        assert!(labels.x_title(&head).starts_with("head"));
+        assert!(!labels.x_title(&head).contains("position"));
+        let resid = sweep("resid_pre");
+        assert!(labels.x_title(&resid).starts_with("position"));
+        let columns = labels.columns(&resid);
+        assert_eq!(
+            columns,
+            (0..3).map(|p| labels.column(p)).collect::<Vec<_>>()
+        );
+        assert!(
+            columns.iter().all(|c| !c.starts_with("head")),
+            "{columns:?}"
+        );
+    }
 }

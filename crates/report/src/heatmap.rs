@@ -70,13 +70,35 @@ const BAR_CELLS: i32 = 3;
 /// The picture's size for `n_rows` rows and `columns`: the grid with its labels and title
 /// below it, and the colour bar (at least [`BAR_CELLS`] cells tall) beside it; no band is left
 /// empty.
-fn size(n_rows: i32, columns: &[String]) -> (u32, u32) {
+fn size(n_rows: i32, columns: &[String], (title, x_title): (&str, &str)) -> (u32, u32) {
     let n_cols = columns.len() as i32;
     let grid = CELL * n_rows + below_height(columns);
+    // As wide as the titles too: a short prompt's grid is narrower than its words.
+    let (title_w, x_title_w) = (text_width(title, TITLE_PX), text_width(x_title, LABEL_PX));
+    let width = (LABEL_W + CELL * n_cols + 24 + BAR_W + 50)
+        .max(10 + title_w + 10)
+        .max(LABEL_W + x_title_w + 10)
+        .max(420);
     (
-        (LABEL_W + CELL * n_cols + 24 + BAR_W + 50).max(420) as u32,
+        width as u32,
         (TOP + grid.max(CELL * n_rows.max(BAR_CELLS) + 20) + 4) as u32,
     )
+}
+
+/// The title's and the labels' font sizes, in pixels.
+const TITLE_PX: f64 = 18.0;
+const LABEL_PX: f64 = 15.0;
+
+/// How wide `text` is drawn in the embedded font at `px` pixels (an overestimate of a pixel
+/// a character where the font cannot say).
+fn text_width(text: &str, px: f64) -> i32 {
+    ensure_font();
+    ("sans-serif", px)
+        .into_font()
+        .box_size(text)
+        .map_or((px * 0.6) as i32 * text.chars().count() as i32, |(w, _)| {
+            w as i32
+        })
 }
 
 /// Draws `values` (row-major, `rows.len() x columns.len()`, each in [0, 1]) as a grid of
@@ -91,7 +113,8 @@ pub fn heatmap_png(
     values: &[f64],
     cells: &[String],
 ) -> Result<(), ReportError> {
-    let root = BitMapBackend::new(path, size(rows.len() as i32, columns)).into_drawing_area();
+    let root = BitMapBackend::new(path, size(rows.len() as i32, columns, (title, x_title)))
+        .into_drawing_area();
     draw(&root, (title, x_title), rows, columns, values, cells)
         .map_err(|e| ReportError::draw(path, &e))?;
     root.present().map_err(|e| ReportError::draw(path, &e))
@@ -112,9 +135,9 @@ fn draw<DB: DrawingBackend>(
     root.draw(&Text::new(
         title.to_string(),
         (10, 12),
-        ("sans-serif", 18).into_font(),
+        ("sans-serif", TITLE_PX).into_font(),
     ))?;
-    let font = ("sans-serif", 15).into_font();
+    let font = ("sans-serif", LABEL_PX).into_font();
     for (r, row) in rows.iter().enumerate() {
         let y = TOP + r as i32 * CELL;
         root.draw(&Text::new(row.clone(), (6, y + 12), font.clone()))?;
@@ -144,7 +167,7 @@ fn draw<DB: DrawingBackend>(
     root.draw(&Text::new(
         x_title.to_string(),
         (LABEL_W, title_y),
-        ("sans-serif", 15).into_font(),
+        ("sans-serif", LABEL_PX).into_font(),
     ))?;
     // The colour bar: 1 at the top, 0 at the bottom, as tall as the grid (at least
     // BAR_CELLS cells).
@@ -204,7 +227,7 @@ mod tests {
     #[test]
     fn the_heatmap_has_large_cells_and_a_colour_bar() {
         let (rows, cols) = (vec!["a".to_string(), "b".into()], vec!["x".to_string(); 3]);
-        let (w, h) = size(2, &cols);
+        let (w, h) = size(2, &cols, ("t", "x"));
         let mut buf = vec![0u8; (w * h * 3) as usize];
         {
             let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
@@ -234,7 +257,7 @@ mod tests {
     fn the_heatmap_leaves_no_blank_band_and_titles_its_x_axis() {
         let rows: Vec<String> = ["0_pre", "1_pre", "final"].map(String::from).to_vec();
         let cols: Vec<String> = "the dogs".chars().map(String::from).collect();
-        let (w, h) = size(3, &cols);
+        let (w, h) = size(3, &cols, ("t", "the next token"));
         let mut buf = vec![255u8; (w * h * 3) as usize];
         {
             let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
@@ -258,5 +281,40 @@ mod tests {
         let grid_end = (TOP + 3 * CELL) as u32;
         let title_rows = (grid_end + 20..h).filter(|&y| inked(y)).count();
         assert!(title_rows >= 8, "no x axis title under the labels");
+    }
+
+    /// Issue 79: a 5-token prompt's patch picture cut its title ("(0 corrupte"): the picture
+    /// is as wide as its titles, and no ink touches its right edge.
+    #[test]
+    fn long_titles_fit_a_narrow_grid() {
+        let rows: Vec<String> = ["layer 0", "layer 1"].map(String::from).to_vec();
+        let cols: Vec<String> = ["the", "spy", "sees", "the", "sp"]
+            .map(String::from)
+            .to_vec();
+        let titles = (
+            "attn_out: share of the clean answer restored (0 corrupted, 1 clean)",
+            "position: the token read there (patched from the clean run)",
+        );
+        let (w, h) = size(2, &cols, titles);
+        let mut buf = vec![255u8; (w * h * 3) as usize];
+        {
+            let root = BitMapBackend::with_buffer(&mut buf, (w, h)).into_drawing_area();
+            let values = vec![0.5; 2 * cols.len()];
+            draw(&root, titles, &rows, &cols, &values, &[]).unwrap();
+            root.present().unwrap();
+        }
+        let inked = |x: u32, y: u32| {
+            let i = ((y * w + x) * 3) as usize;
+            buf[i] < 128
+        };
+        // The right-most 6 columns of pixels are blank from top to bottom, and the title's
+        // ink reaches past the grid (so it was drawn whole, not squeezed).
+        for y in 0..h {
+            for x in w - 6..w {
+                assert!(!inked(x, y), "ink at ({x}, {y}) of {w} x {h}");
+            }
+        }
+        let grid_right = (LABEL_W + CELL * 5 + 24 + BAR_W + 50) as u32;
+        assert!((0..TOP as u32).any(|y| (grid_right..w).any(|x| inked(x, y))));
     }
 }

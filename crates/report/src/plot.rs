@@ -154,9 +154,65 @@ pub fn line_chart_styled(
         .y_label_formatter(&|y| y_tick(*y, decimals))
         .draw()
         .map_err(|e| err(&e))?;
-    draw_lines(&mut chart, series, &|p| p.1.is_finite()).map_err(|e| err(&e))?;
+    let (ylo, yhi) = (y0 - pad, y1 + pad);
+    let unit = |&(x, y): &(f64, f64)| ((x - x0) / (x1 - x0), (y - ylo) / (yhi - ylo));
+    let corner = legend_corner(series, &|p| p.1.is_finite(), &unit);
+    draw_lines(&mut chart, series, &|p| p.1.is_finite(), corner).map_err(|e| err(&e))?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
+}
+
+/// Data coordinates to the plot's unit square.
+type ToUnit<'a> = dyn Fn(&(f64, f64)) -> (f64, f64) + 'a;
+
+/// The corner of the plot whose legend box would cover the least of the lines: the lines
+/// sampled along each segment, in `unit` coordinates (the plot as the unit square, y up);
+/// the box as large as the labels make it on a 900 x 560 chart. Ties go to the upper right.
+fn legend_corner(
+    series: &[(Series, Style)],
+    kept: &dyn Fn(&&(f64, f64)) -> bool,
+    unit: &ToUnit,
+) -> SeriesLabelPosition {
+    let longest = series
+        .iter()
+        .map(|(s, _)| s.label.chars().count())
+        .max()
+        .unwrap_or(0);
+    // About 8 px a character at 14 px, the swatch and padding; 20 px a line; over the plot
+    // area's roughly 800 x 450 px.
+    let w = ((longest as f64 * 8.0 + 50.0) / 800.0).min(1.0);
+    let h = ((series.len() as f64 * 20.0 + 10.0) / 450.0).min(1.0);
+    let mut samples = Vec::new();
+    for (s, _) in series {
+        let points: Vec<(f64, f64)> = s.points.iter().filter(|p| kept(p)).map(unit).collect();
+        for pair in points.windows(2) {
+            let ((ax, ay), (bx, by)) = (pair[0], pair[1]);
+            samples.extend((0..=40).map(|k| {
+                let t = f64::from(k) / 40.0;
+                (ax + (bx - ax) * t, ay + (by - ay) * t)
+            }));
+        }
+        if points.len() == 1 {
+            samples.push(points[0]);
+        }
+    }
+    let corners = [
+        (SeriesLabelPosition::UpperRight, (1.0 - w, 1.0 - h)),
+        (SeriesLabelPosition::UpperLeft, (0.0, 1.0 - h)),
+        (SeriesLabelPosition::LowerRight, (1.0 - w, 0.0)),
+        (SeriesLabelPosition::LowerLeft, (0.0, 0.0)),
+    ];
+    let covered = |(x, y): (f64, f64)| {
+        samples
+            .iter()
+            .filter(|&&(px, py)| px >= x && px <= x + w && py >= y && py <= y + h)
+            .count()
+    };
+    corners
+        .into_iter()
+        .map(|(corner, at)| (covered(at), corner))
+        .min_by_key(|(n, _)| *n)
+        .map_or(SeriesLabelPosition::UpperRight, |(_, c)| c)
 }
 
 /// The smallest and largest x and y of `points` (`x0, x1, y0, y1`), or `empty` without any.
@@ -237,7 +293,14 @@ fn draw_log<DB: DrawingBackend>(
             .x_label_formatter(&|x| log_tick(*x))
             .y_label_formatter(&|y| log_tick(*y))
             .draw()?;
-        draw_lines(&mut chart, &styled, &kept)
+        let unit = |&(x, y): &(f64, f64)| {
+            (
+                (x / x0).log10() / (x1 / x0).log10(),
+                (y / y0).log10() / (y1 / y0).log10(),
+            )
+        };
+        let corner = legend_corner(&styled, &kept, &unit);
+        draw_lines(&mut chart, &styled, &kept, corner)
     } else {
         let pad = ((y1 - y0) * 0.05).max(1e-6);
         let mut chart = chart_builder(root, title)
@@ -249,7 +312,15 @@ fn draw_log<DB: DrawingBackend>(
             .label_style(("sans-serif", 14))
             .x_label_formatter(&|x| log_tick(*x))
             .draw()?;
-        draw_lines(&mut chart, &styled, &kept)
+        let (ylo, yhi) = (y0 - pad, y1 + pad);
+        let unit = |&(x, y): &(f64, f64)| {
+            (
+                (x / x0).log10() / (x1 / x0).log10(),
+                (y - ylo) / (yhi - ylo),
+            )
+        };
+        let corner = legend_corner(&styled, &kept, &unit);
+        draw_lines(&mut chart, &styled, &kept, corner)
     }
 }
 
@@ -272,6 +343,7 @@ fn draw_lines<'a, DB, CT>(
     chart: &mut ChartContext<'a, DB, CT>,
     series: &[(Series, Style)],
     kept: &dyn Fn(&&(f64, f64)) -> bool,
+    corner: SeriesLabelPosition,
 ) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
 where
     DB: DrawingBackend + 'a,
@@ -297,6 +369,7 @@ where
     }
     chart
         .configure_series_labels()
+        .position(corner)
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
         .label_font(("sans-serif", 14))
@@ -509,5 +582,55 @@ mod tests {
         }
         let heights: Vec<i32> = bars.iter().map(|(a, b)| (b.1 - a.1).abs()).collect();
         assert!(heights[0] > heights[2] && heights[2] > heights[3] && heights[3] > heights[1]);
+    }
+
+    /// Issue 79: prune.png's legend sat over its rising curves. The legend goes to the
+    /// corner the lines leave empty: the upper left of curves rising to the right (val loss
+    /// as heads go), the upper right of falling ones (a training loss), the lower left of
+    /// agreement falling from 1.
+    #[test]
+    fn the_legend_goes_where_the_lines_are_not() {
+        let series = |f: &dyn Fn(f64) -> f64| -> Vec<(Series, Style)> {
+            (0..4)
+                .map(|k| {
+                    let points = (0..=8)
+                        .map(|x| (f64::from(x), f(f64::from(x)) + 0.01 * f64::from(k)))
+                        .collect();
+                    (
+                        Series {
+                            label: format!("order {k} (a label of some length)"),
+                            points,
+                            faint: false,
+                        },
+                        Style::nth(k as usize),
+                    )
+                })
+                .collect()
+        };
+        let unit = |&(x, y): &(f64, f64)| (x / 8.0, y);
+        let kept = |_: &&(f64, f64)| true;
+        // Flat at the bottom until the last heads go, then up to the top right.
+        let rising = series(&|x| if x < 6.0 { 0.05 } else { (x - 6.0) / 2.0 });
+        assert_eq!(
+            legend_corner(&rising, &kept, &unit),
+            SeriesLabelPosition::UpperLeft
+        );
+        let falling = series(&|x| 1.0 - x / 8.0 * 0.9);
+        assert_eq!(
+            legend_corner(&falling, &kept, &unit),
+            SeriesLabelPosition::UpperRight
+        );
+        // Agreement: 1 until the last heads go, then down to 0.5.
+        let agreement = series(&|x| {
+            if x < 6.0 {
+                0.95
+            } else {
+                0.95 - (x - 6.0) / 4.0
+            }
+        });
+        assert_eq!(
+            legend_corner(&agreement, &kept, &unit),
+            SeriesLabelPosition::LowerRight
+        );
     }
 }

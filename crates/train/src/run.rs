@@ -661,6 +661,19 @@ impl RunDir {
         let run = Self {
             root: root.to_path_buf(),
         };
+        if root.is_file() {
+            let folder = root
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or("the run folder".into(), |p| p.display().to_string());
+            return Err(RunError::NotARun {
+                path: root.to_path_buf(),
+                why: format!(
+                    "it is a file; give the run folder that `headlab train` wrote (here \
+                     perhaps {folder})"
+                ),
+            });
+        }
         if !root.is_dir() {
             return Err(RunError::NotARun {
                 path: root.to_path_buf(),
