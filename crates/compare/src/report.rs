@@ -8,7 +8,7 @@ use headlab_report::page::{escape, png_data_uri, static_page};
 use headlab_report::plot::{PALETTE, Series, Style, line_chart_styled};
 use headlab_report::{ReportError, write};
 
-use crate::{BackendReport, CompareReport, UNIT_ROUNDOFF, worst_ratio};
+use crate::{BackendReport, Check, CompareReport, UNIT_ROUNDOFF, worst_ratio};
 
 /// The page `headlab compare` writes beside its other files.
 pub const COMPARE_PAGE: &str = "compare.html";
@@ -201,13 +201,31 @@ pub fn compare_markdown(report: &CompareReport) -> String {
     s
 }
 
+/// The truth table's rows, in every report: each row `k` some backend that ran has, titled by
+/// the first backend's check where it has one (bf16 backends add their scale checks).
+fn truth_rows<'a>(ran: &[&'a BackendReport]) -> Vec<(usize, &'a Check)> {
+    let rows = ran.iter().map(|b| b.checks.len()).max().unwrap_or(0);
+    (0..rows)
+        .filter_map(|k| Some((k, ran.iter().find_map(|b| b.checks.get(k))?)))
+        .collect()
+}
+
+/// A cell's own bound where its precision's differs from the row's (bf16 beside f32).
+fn own_bound(cell: &Check, row: &Check) -> String {
+    if cell.bound == row.bound {
+        String::new()
+    } else {
+        format!(" (bound {:.1e})", cell.bound)
+    }
+}
+
 /// Every value against the f64 truth: its bound, then each backend's error; `**` marks an
 /// error out of its bound.
 fn truth_table(report: &CompareReport) -> String {
     let ran: Vec<_> = report.backends.iter().filter(|b| b.available).collect();
-    let Some(first) = ran.first() else {
+    if ran.is_empty() {
         return String::new();
-    };
+    }
     let mut s = format!(
         "\nError against f64 (bound):\n\n| value | bound | {} |\n|---|---|{}\n",
         ran.iter()
@@ -216,17 +234,7 @@ fn truth_table(report: &CompareReport) -> String {
             .join(" | "),
         "---|".repeat(ran.len())
     );
-    // A bf16 backend's bounds are its own (and it has the scale checks besides): its cells
-    // say their bound where it differs from the row's.
-    let rows = ran.iter().map(|b| b.checks.len()).max().unwrap_or(0);
-    for k in 0..rows {
-        let Some(check) = first
-            .checks
-            .get(k)
-            .or_else(|| ran.iter().find_map(|b| b.checks.get(k)))
-        else {
-            continue;
-        };
+    for (k, check) in truth_rows(&ran) {
         s.push_str(&format!("| {} | {:.1e} |", check.name, check.bound));
         for b in &ran {
             match b.checks.get(k) {
@@ -236,11 +244,7 @@ fn truth_table(report: &CompareReport) -> String {
                         Some(d) if c.name == "gradients" => format!(" ({d})"),
                         _ => String::new(),
                     };
-                    let own = if c.bound == check.bound {
-                        String::new()
-                    } else {
-                        format!(" (bound {:.1e})", c.bound)
-                    };
+                    let own = own_bound(c, check);
                     s.push_str(&format!(" {mark}{:.1e}{mark}{at}{own} |", c.error));
                 }
                 None => s.push_str(" - |"),
@@ -378,9 +382,9 @@ pub fn compare_html(report: &CompareReport, pictures: &[String; 2]) -> String {
 /// of bound marked.
 fn truth_html(report: &CompareReport) -> String {
     let ran: Vec<_> = report.backends.iter().filter(|b| b.available).collect();
-    let Some(first) = ran.first() else {
+    if ran.is_empty() {
         return String::new();
-    };
+    }
     let mut s = String::from(
         "<section id=\"truth\">\n<h2>Against the f64 truth</h2>\n<p class=\"hint\">Error = max \
          |value - truth| / rms(truth) at the first step; red: out of its bound.</p>\n<table>\n\
@@ -390,17 +394,7 @@ fn truth_html(report: &CompareReport) -> String {
         let _ = write!(s, "<th>{}</th>", named(b));
     }
     s += "</tr></thead>\n<tbody>\n";
-    // As in compare.md: every row some backend has (bf16's scale checks), and a cell whose
-    // bound is its precision's own says it.
-    let rows = ran.iter().map(|b| b.checks.len()).max().unwrap_or(0);
-    for k in 0..rows {
-        let Some(check) = first
-            .checks
-            .get(k)
-            .or_else(|| ran.iter().find_map(|b| b.checks.get(k)))
-        else {
-            continue;
-        };
+    for (k, check) in truth_rows(&ran) {
         let _ = write!(
             s,
             "<tr><td class=\"txt\">{}</td><td>{:.1e}</td>",
@@ -419,11 +413,7 @@ fn truth_html(report: &CompareReport) -> String {
                         Some(d) if c.name == "gradients" => format!(" ({})", escape(d)),
                         _ => String::new(),
                     };
-                    let own = if c.bound == check.bound {
-                        String::new()
-                    } else {
-                        format!(" (bound {:.1e})", c.bound)
-                    };
+                    let own = own_bound(c, check);
                     let _ = write!(s, "<td{class}>{:.1e}{at}{own}</td>", c.error);
                 }
                 None => s += "<td>-</td>",
