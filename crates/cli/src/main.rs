@@ -101,8 +101,54 @@ enum Command {
     Import(import::ImportArgs),
 }
 
-/// Runs the command.
+/// Runs the command, on the thread that will make the MPI calls when `train` runs under a
+/// launcher ([`headlab_train::world`]).
 fn run(cli: Cli) -> Result<()> {
+    start_world(&cli)?;
+    let done = run_command(cli);
+    headlab_train::world::finish();
+    done
+}
+
+/// An error already told by another rank (rank 0 speaks for the run): exit with this code,
+/// printing nothing.
+#[derive(Debug)]
+pub struct Told(pub u8);
+
+impl std::fmt::Display for Told {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "told by rank 0 (exit {})", self.0)
+    }
+}
+
+impl std::error::Error for Told {}
+
+/// Under `mpirun` or `srun` with several ranks: MPI for `headlab train`, a refusal for the
+/// other commands (they run as one process). Only rank 0 prints the refusal.
+fn start_world(cli: &Cli) -> Result<()> {
+    use headlab_train::world::{init, launch_from};
+    let Some(launch) = launch_from(|k| std::env::var(k).ok()).filter(|l| l.size > 1) else {
+        return Ok(());
+    };
+    let refusal = match cli.command {
+        Command::Train(_) => match init() {
+            Ok(_) => return Ok(()),
+            Err(e) => anyhow::Error::new(e),
+        },
+        _ => anyhow::anyhow!(
+            "only `headlab train` runs as several ranks ({}): the other commands run as one \
+             process; run this one without mpirun or srun",
+            launch.by
+        ),
+    };
+    if launch.rank == 0 {
+        Err(refusal)
+    } else {
+        Err(Told(2).into())
+    }
+}
+
+fn run_command(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Train(args) => train::run(args),
         Command::Sample(args) => sample::run(args),
@@ -146,6 +192,9 @@ fn main() -> ExitCode {
     }
     match headlab_kernels::on_compute_pool(|| run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(error) if error.downcast_ref::<Told>().is_some() => {
+            ExitCode::from(error.downcast_ref::<Told>().map_or(2, |t| t.0))
+        }
         Err(error)
             if matches!(
                 error.downcast_ref(),

@@ -39,7 +39,7 @@ use headlab_kernels::memory;
 use headlab_kernels::{BackendError, BackendKind, Precision};
 use headlab_train::config::{RunConfig, ValidationError};
 use headlab_train::optim::Optimizer;
-use headlab_train::step::{optimizer_config, step_batches, take_step};
+use headlab_train::step::{Team, optimizer_config, step_batches, take_step};
 
 pub mod report;
 pub mod truth;
@@ -314,14 +314,25 @@ fn run_backend(
     let mut optim = Optimizer::new(optimizer_config(tc));
     let (mut losses, mut phases) = (Vec::new(), Vec::new());
     let mut device_reserved: Option<u64> = None;
+    let team = Team::alone(tc);
     for it in 0..steps {
         let started = std::time::Instant::now();
-        let (next, step) = take_step(model, &mut optim, data, tc, it, &device, true, |m, g, _| {
-            if it == 0 {
-                measured.grads = gradient_values(m, &g.grads);
-            }
-            Ok::<_, StepsError>(())
-        })?;
+        let (next, step) = take_step(
+            model,
+            &mut optim,
+            data,
+            tc,
+            it,
+            &device,
+            true,
+            &team,
+            |m, g, _| {
+                if it == 0 {
+                    measured.grads = gradient_values(m, &g.grads);
+                }
+                Ok::<_, StepsError>(())
+            },
+        )?;
         model = next;
         // A device that failed while the step ran says so here.
         device.sync().map_err(StepsError::Device)?;

@@ -37,7 +37,7 @@ use serde::Serialize;
 
 use headlab_train::config::RunConfig;
 use headlab_train::optim::Optimizer;
-use headlab_train::step::{optimizer_config, step_batches, take_step};
+use headlab_train::step::{Team, optimizer_config, step_batches, take_step};
 
 use crate::StepsError;
 
@@ -440,6 +440,7 @@ pub fn f64_truth(
     let (forward, max_scores) = forward_values(&model, &batches[0].0, tc.batch_size, &inner);
     let mut optim = Optimizer::new(optimizer_config(tc));
     let (mut grads, mut losses) = (Vec::new(), Vec::new());
+    let team = Team::alone(tc);
     for it in 0..steps.min(TRUTH_STEPS) {
         let (next, step) = take_step(
             model,
@@ -449,6 +450,7 @@ pub fn f64_truth(
             it,
             &device,
             false,
+            &team,
             |m, g, _| {
                 if it == 0 {
                     grads = gradient_values(m, &g.grads);

@@ -9,6 +9,8 @@
 //!   that `headlab compare` and the f64 truth take too.
 //! - [`eval`]: loss on held-out text; [`grammar`]: how well a grammar run writes grammar.
 //! - [`metrics`]: the `metrics.csv` file.
+//! - [`world`], [`parallel`]: data parallelism under MPI (the `mpi` feature): ranks, shards,
+//!   the gradients' all-reduce.
 //! - [`trainer`]: the loop, with [`trainer::Observer`]s for everything it does not own
 //!   (head tracking, plots).
 //!
@@ -30,11 +32,13 @@ pub mod eval;
 pub mod grammar;
 pub mod metrics;
 pub mod optim;
+pub mod parallel;
 pub mod run;
 pub mod schedule;
 pub mod step;
 pub mod stop;
 pub mod trainer;
+pub mod world;
 
 pub use config::RunConfig;
 pub use run::RunDir;

@@ -58,6 +58,9 @@ pub struct TrainState {
     pub pending_eval: bool,
 }
 
+/// The start of `config.toml`'s note of a run trained under MPI ([`RunDir::note_world_size`]).
+pub const WORLD_NOTE: &str = "# world size: trained by ";
+
 /// `result.json`: what a finished run reached and what it cost, for comparing runs and for
 /// record files (`cargo xtask speedrun`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,6 +94,18 @@ pub struct RunResult {
     pub val_split_tokens: usize,
     /// The window both losses were measured in (`model.block_size`).
     pub block_size: usize,
+    /// The ranks that trained it together under MPI ([`crate::world`]) in its last session;
+    /// 1, and left out of result.json, for one process.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub world_size: usize,
+}
+
+fn one() -> usize {
+    1
+}
+
+fn is_one(n: &usize) -> bool {
+    *n == 1
 }
 
 /// The mark of a run, or of a lab's folder, that a process is using: `.NAME.training` beside
@@ -773,6 +788,22 @@ impl RunDir {
     /// Replaces the saved config, atomically.
     pub fn save_config(&self, config: &RunConfig) -> Result<(), RunError> {
         write_atomic(&self.config_path(), config.to_toml_string()?.as_bytes())
+    }
+
+    /// Notes in `config.toml`'s first line that `size` MPI ranks train the run from step
+    /// `step` (a comment: the config's numbers do not depend on it, and any size may resume).
+    pub fn note_world_size(&self, size: usize, step: usize) -> Result<(), RunError> {
+        let path = self.config_path();
+        let text = fs::read_to_string(&path).map_err(|source| RunError::Io {
+            path: path.clone(),
+            source,
+        })?;
+        let body = match text.strip_prefix(WORLD_NOTE) {
+            Some(rest) => rest.split_once('\n').map_or("", |(_, body)| body),
+            None => &text,
+        };
+        let note = format!("{WORLD_NOTE}{size} MPI ranks from step {step}\n");
+        write_atomic(&path, (note + body).as_bytes())
     }
 
     /// Writes `result.json`, atomically.

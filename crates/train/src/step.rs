@@ -2,7 +2,8 @@
 //! backend and in f64: the learning rate of step `it`, `grad_accum` micro-batches drawn for
 //! it, each loss scaled by `1 / grad_accum`, gradients accumulated, the global norm clipped to
 //! `train.grad_clip`, then one AdamW update. [`take_step`] is the one place those follow each
-//! other.
+//! other. Under MPI ([`crate::world`]) a rank computes its [`Shard`] of the step and the
+//! gradients are averaged across ranks before the norm is taken.
 
 use std::time::Instant;
 
@@ -18,6 +19,41 @@ use rand::rngs::StdRng;
 use crate::config::OptimizerKind;
 use crate::config::TrainConfig;
 use crate::optim::{MuonConfig, Optimizer, OptimizerConfig, global_grad_norm};
+use crate::world::{Shard, ShardError, World};
+
+/// The ranks one step is shared among and this rank's part: [`Team::alone`] for one process.
+#[derive(Debug)]
+pub struct Team<'a> {
+    /// The ranks; `None`: this process alone.
+    pub world: Option<&'a World>,
+    /// This rank's micro-batches and rows.
+    pub shard: Shard,
+}
+
+impl Team<'_> {
+    /// One process computing the whole step.
+    pub fn alone(train: &TrainConfig) -> Team<'static> {
+        Team {
+            world: None,
+            shard: Shard::whole(train.grad_accum, train.batch_size),
+        }
+    }
+}
+
+impl<'a> Team<'a> {
+    /// `world`'s ranks sharing the steps of `train`: refused when they cannot share equally.
+    pub fn of(world: &'a World, train: &TrainConfig) -> Result<Team<'a>, ShardError> {
+        Ok(Team {
+            world: (world.size() > 1).then_some(world),
+            shard: Shard::of(
+                world.rank(),
+                world.size(),
+                train.grad_accum,
+                train.batch_size,
+            )?,
+        })
+    }
+}
 
 /// The gradients of step `it`, before clipping.
 #[derive(Debug)]
@@ -34,6 +70,8 @@ pub struct StepGradients {
     pub backward_s: f64,
     /// Seconds computing `norm` (part of the optimizer's work in `headlab compare`).
     pub norm_s: f64,
+    /// Seconds averaging the gradients across ranks (0 for one process).
+    pub exchange_s: f64,
 }
 
 /// One micro-batch: `[batch_size * block_size]` inputs and targets, row-major.
@@ -52,9 +90,10 @@ pub fn step_batches(
         .collect()
 }
 
-/// Forward and backward over step `it`'s micro-batches on `device` (an autodiff device).
-/// With `sync`, the device finishes its queued work before each timing is read, so the
-/// timings of asynchronous backends mean what they say.
+/// Forward and backward over step `it`'s micro-batches on `device` (an autodiff device): the
+/// team's share of them, averaged across its ranks. With `sync`, the device finishes its
+/// queued work before each timing is read, so the timings of asynchronous backends mean what
+/// they say.
 pub fn gradients(
     model: &Gpt,
     data: &Dataset,
@@ -62,13 +101,27 @@ pub fn gradients(
     it: usize,
     device: &Device,
     sync: bool,
+    team: &Team<'_>,
 ) -> Result<StepGradients, DataError> {
-    let (b, t) = (train.batch_size, model.config.block_size);
-    device.seed(mix_seed(train.seed, it as u64, STREAM_DEVICE));
+    let t = model.config.block_size;
+    let shard = &team.shard;
+    // Rank 0 draws the single process's dropout masks; the others draw their own.
+    let rank = team.world.map_or(0, |w| w.rank() as u64);
+    device.seed(mix_seed(train.seed, it as u64, STREAM_DEVICE).wrapping_add(rank));
     let mut accumulator = GradientsAccumulator::<Gpt>::new();
     let (mut loss_sum, mut forward_s, mut backward_s) = (0.0, 0.0, 0.0);
-    for (x, y) in step_batches(data, train, t, it)? {
-        let (x, y) = batch_tensors(&x, &y, b, t, device);
+    // Every micro-batch is drawn, so the data's random stream is the same on every rank.
+    for (m, (x, y)) in step_batches(data, train, t, it)?.into_iter().enumerate() {
+        if !shard.micro.contains(&m) {
+            continue;
+        }
+        // [b * t] -> this rank's rows [rows * t]
+        let rows = shard.rows.clone();
+        let (x, y) = (
+            &x[rows.start * t..rows.end * t],
+            &y[rows.start * t..rows.end * t],
+        );
+        let (x, y) = batch_tensors(x, y, rows.len(), t, device);
         let start = Instant::now();
         let loss = cross_entropy(model.forward(x), y, None).div_scalar(train.grad_accum as f64);
         loss_sum += loss.clone().into_scalar::<f64>();
@@ -82,7 +135,13 @@ pub fn gradients(
         }
         backward_s += start.elapsed().as_secs_f64();
     }
-    let grads = accumulator.grads();
+    let mut grads = accumulator.grads();
+    let mut exchange_s = 0.0;
+    if let Some(world) = team.world {
+        let start = Instant::now();
+        (grads, loss_sum) = crate::parallel::average(model, grads, loss_sum, world, shard.split);
+        exchange_s = start.elapsed().as_secs_f64();
+    }
     let start = Instant::now();
     let norm = global_grad_norm(model, &grads);
     Ok(StepGradients {
@@ -92,6 +151,7 @@ pub fn gradients(
         forward_s,
         backward_s,
         norm_s: start.elapsed().as_secs_f64(),
+        exchange_s,
     })
 }
 
@@ -133,10 +193,11 @@ pub fn take_step<E: From<DataError>>(
     it: usize,
     device: &Device,
     sync: bool,
+    team: &Team<'_>,
     inspect: impl FnOnce(&Gpt, &StepGradients, f64) -> Result<(), E>,
 ) -> Result<(Gpt, Step), E> {
     let lr = train.lr_at(it);
-    let gradients = gradients(&model, data, train, it, device, sync)?;
+    let gradients = gradients(&model, data, train, it, device, sync, team)?;
     inspect(&model, &gradients, lr)?;
     let start = Instant::now();
     let model = update(model, optim, &gradients, lr, train.grad_clip);

@@ -66,7 +66,10 @@ pub fn request(signal: i32) -> Requested {
         .is_ok();
     let at_once = AT_ONCE.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(line) = at_once.as_deref() {
-        crate::log_line!("\n{line}");
+        // Empty: another process speaks for this one (an MPI rank other than 0).
+        if !line.is_empty() {
+            crate::log_line!("\n{line}");
+        }
         for path in LEFT_BEHIND.lock().unwrap_or_else(|e| e.into_inner()).iter() {
             // A file, or a folder that is empty by now; anything else stays.
             let _ = std::fs::remove_file(path).or_else(|_| std::fs::remove_dir(path));

@@ -24,8 +24,10 @@ use crate::eval::estimate_loss_unless_stopped;
 use crate::grammar::{Grammaticality, grammaticality, is_grammar_run, percent};
 use crate::metrics::{Metric, Metrics};
 use crate::optim::Optimizer;
+use crate::parallel::{ParallelError, check_in_step, stop_line};
 use crate::run::{RunDir, RunError, RunResult, TrainState, TrainedOn, TrainingMark, mark_training};
-use crate::step::take_step;
+use crate::step::{Team, take_step};
+use crate::world::{ShardError, World};
 use headlab_kernels::memory::KeepFreedPages;
 use headlab_kernels::{BackendError, BackendKind};
 
@@ -35,6 +37,24 @@ pub enum TrainError {
     /// The config file or an override.
     #[error(transparent)]
     Config(#[from] ConfigError),
+    /// A step that the ranks of an MPI launch cannot share equally.
+    #[error(transparent)]
+    Shard(#[from] ShardError),
+    /// The ranks of an MPI launch stopped together.
+    #[error(transparent)]
+    Parallel(#[from] ParallelError),
+    /// A backend that cannot train under MPI.
+    #[error(
+        "train.backend = {backend} cannot train under MPI ({size} ranks): its ranks would share \
+         one adapter, and every step would read its gradients back to the host; use \
+         train.backend = flex (or ndarray, flex-burn), or run wgpu as one process"
+    )]
+    NotParallel {
+        /// The backend.
+        backend: BackendKind,
+        /// The world size.
+        size: usize,
+    },
     /// A config value that cannot work.
     #[error(transparent)]
     Validation(#[from] ValidationError),
@@ -311,6 +331,7 @@ impl RunResult {
             val_full_tokens: full.map_or(0, |f| f.tokens),
             val_split_tokens: data.len(Split::Val),
             block_size: t,
+            world_size: crate::world::get().size(),
         };
         (result, stopped)
     }
@@ -415,6 +436,22 @@ pub fn train(
     observers: &mut [Box<dyn Observer>],
 ) -> Result<TrainSummary, TrainError> {
     let run = options.out.clone();
+    let world = crate::world::get();
+    let trained = train_root(options, observers, &run);
+    // The other ranks wait for rank 0's word before they read the run: it stopped.
+    if world.size() > 1 && !crate::parallel::ready_sent() {
+        world.broadcast(crate::parallel::ready_word(None));
+    }
+    trained
+}
+
+/// [`train`] on rank 0, or in the one process of a run.
+fn train_root(
+    options: TrainOptions,
+    observers: &mut [Box<dyn Observer>],
+    run: &Path,
+) -> Result<TrainSummary, TrainError> {
+    let run = run.to_path_buf();
     // The run's mark is held until its failure, if any, is explained below.
     let (resolved, mark) = resolve_run(&options).map_err(|e| explain_failure(e, &run, false))?;
     let backend: BackendKind = resolved.1.train.backend.parse()?;
@@ -427,6 +464,73 @@ pub fn train(
     .map_err(|e| explain_failure(e, &run, true))?;
     summary.mark = Some(std::sync::Arc::new(mark));
     Ok(summary)
+}
+
+/// Training on a rank other than 0 of an MPI launch ([`crate::world`]). Once rank 0 says the
+/// run is ready, this rank reads the run's config, data and starting point from its folder
+/// (rank 0's, on a file system they share), then computes its share of every step and
+/// exchanges it; it writes nothing. What ends the run, rank 0 reports; this rank's error says
+/// only what rank 0 cannot know ([`TrainError::follower_should_print`]).
+pub fn follow(options: TrainOptions) -> Result<(), TrainError> {
+    let world = crate::world::get();
+    // Rank 0 names the folder: `runs/default-2` when `runs/default` was there before it.
+    let (out, start) = crate::parallel::await_ready(world)?;
+    let run = RunDir::open(&out)?;
+    let config = run.config()?;
+    let tc = config.train.clone();
+    crate::stop::nothing_at_stake(stop_line(world, &run.root, (start > 0).then_some(start)));
+    let dataset = load_dataset(&run, &config, run.tokenizer()?)?;
+    let gpt = config
+        .model
+        .clone()
+        .with_vocab_size(dataset.tokenizer().vocab_size());
+    let backend: BackendKind = tc.backend.parse()?;
+    let precision = tc.precision.kernels();
+    headlab_kernels::with_kernels(backend.kernels(), || {
+        headlab_kernels::with_precision(precision, || {
+            let device = backend.device()?.autodiff();
+            let _keep_pages = KeepFreedPages::new();
+            let resuming = options.resume && run.has_checkpoint("last");
+            let init = options.init.as_ref();
+            let (mut model, mut optim, state) =
+                starting_point(&run, resuming, &gpt, &tc, &device, init)?;
+            let team = Team::of(world, &tc)?;
+            check_in_step(&model, world, state.step)?;
+            let resumed_at = (resuming && !state.pending_eval).then_some(state.step);
+            let bar = ProgressBar::hidden();
+            let mut it = state.step;
+            loop {
+                if resumed_at != Some(it) && is_eval_step(&tc, it) {
+                    check_in_step(&model, world, it)?;
+                    crate::stop::nothing_at_stake(stop_line(world, &run.root, Some(it)));
+                }
+                if it >= tc.max_iters {
+                    return Ok(());
+                }
+                // The averaged loss and norm are rank 0's: it diverges at the same step.
+                let check = |_: &Gpt, g: &crate::step::StepGradients, lr| {
+                    let values = [("loss", g.loss), ("gradient norm", g.norm)];
+                    ensure_finite(&bar, &run, it, &values, it, lr)
+                };
+                (model, _) = take_step(
+                    model, &mut optim, &dataset, &tc, it, &device, false, &team, check,
+                )?;
+                it += 1;
+            }
+        })
+    })
+}
+
+impl TrainError {
+    /// Whether a rank other than 0 prints this error: not when rank 0 prints the same (a run
+    /// that diverged or drifted apart, a refusal before training), only when it is this
+    /// rank's own (a run folder it cannot read).
+    pub fn follower_should_print(&self) -> bool {
+        !matches!(
+            self,
+            TrainError::Diverged { .. } | TrainError::Parallel(_) | TrainError::Interrupted { .. }
+        )
+    }
 }
 
 /// Says what a failed write of `run` means when the disk is full ([`TrainError::DiskFull`])
@@ -545,6 +649,12 @@ fn train_resolved(
         observer.start(&start).map_err(observer_error)?;
     }
     announce(&model, &run, backend, &device, &dataset, resuming);
+    let world = crate::world::get();
+    let team = Team::of(world, &tc)?;
+    if world.size() > 1 {
+        announce_world(world, &team, &model, &tc);
+        run.note_world_size(world.size(), state.step)?;
+    }
     let trained_on = TrainedOn {
         backend: backend.to_string(),
         adapter: headlab_kernels::adapter_name(&device),
@@ -572,6 +682,7 @@ fn train_resolved(
         },
         run: &run,
         train: &tc,
+        team,
         dataset: &dataset,
         metrics,
         optim,
@@ -579,12 +690,29 @@ fn train_resolved(
         observers,
     };
     let mut it = lp.state.step;
+    let parallel = world.size() > 1;
+    if parallel {
+        // The others read the run from here on; rank 0 changes it only at checkpoints.
+        crate::parallel::send_ready(world, it, &run.root);
+        check_in_step(&model, world, it)?;
+        let saved = resuming.then_some(it);
+        crate::stop::nothing_at_stake(stop_line(world, &run.root, saved));
+    }
     loop {
         let lr = tc.lr_at(it);
-        let at_eval = it.is_multiple_of(tc.eval_interval.max(1)) || it == tc.max_iters;
+        let at_eval = is_eval_step(&tc, it);
         if lp.resumed_at != Some(it) {
             if at_eval {
+                // While rank 0 evaluates and saves, no other rank waits on it mid-exchange: a
+                // stop request ends in a checkpoint, as for one process.
+                if parallel {
+                    crate::stop::at_stake();
+                }
                 lp.evaluate(&model, it, lr)?;
+                if parallel {
+                    check_in_step(&model, world, it)?;
+                    crate::stop::nothing_at_stake(stop_line(world, &run.root, Some(it)));
+                }
             }
             for observer in lp.observers.iter_mut() {
                 observer
@@ -600,6 +728,9 @@ fn train_resolved(
         it += 1;
     }
     lp.bar.finish_and_clear();
+    if parallel {
+        crate::stop::at_stake();
+    }
 
     // Sample from the final model.
     let sample = sample_text(
@@ -689,6 +820,35 @@ fn announce(
     }
 }
 
+/// Whether step `it` of a run evaluates (and checkpoints) before its update.
+fn is_eval_step(tc: &TrainConfig, it: usize) -> bool {
+    it.is_multiple_of(tc.eval_interval.max(1)) || it == tc.max_iters
+}
+
+/// The start line's second half under MPI: the ranks, each one's share, the bytes exchanged.
+fn announce_world(world: &World, team: &Team<'_>, model: &Gpt, tc: &TrainConfig) {
+    let shard = &team.shard;
+    let share = if shard.split > 1 {
+        format!(
+            "{} of each micro-batch's {} rows",
+            shard.rows.len(),
+            tc.batch_size
+        )
+    } else {
+        format!(
+            "{} of each step's {} micro-batches",
+            shard.micro.len(),
+            tc.grad_accum
+        )
+    };
+    crate::log_line!(
+        "data parallel: {} ranks (MPI), each computes {share}; the gradients are averaged in \
+         one all-reduce of {:.2} MB per step; rank 0 evaluates and writes",
+        world.size(),
+        crate::parallel::exchange_bytes(model) as f64 / 1e6
+    );
+}
+
 /// What [`resolve_run`] finds: the run, its config, its data, the config as saved before, and
 /// the text a resumed run's `--set` chose instead of its own (recorded in `data.json` once the
 /// checkpoint has loaded).
@@ -747,6 +907,7 @@ fn resolve_run(options: &TrainOptions) -> Result<(Resolved, TrainingMark), Train
             config.apply_sets(&options.resume_sets)?;
             config.validate()?;
         }
+        check_world(&config.train)?;
         // A new text file is recorded absolutely, as a fresh run's is, so the run works from
         // any folder.
         if config.data.path != saved.data.path {
@@ -788,6 +949,7 @@ fn resolve_run(options: &TrainOptions) -> Result<(Resolved, TrainingMark), Train
             return Err(RunError::Exists(options.out.clone()).into());
         }
         options.config.validate()?;
+        check_world(&options.config.train)?;
         let mut config = options.config.clone();
         let d = &config.data;
         let (text, description) = load_text(d, config.train.seed)?;
@@ -827,6 +989,24 @@ fn resolve_run(options: &TrainOptions) -> Result<(Resolved, TrainingMark), Train
     let (run, config, dataset, saved, new_text) = resolved;
     check_fits(&config, &dataset)?;
     Ok(((run, config, dataset, saved, new_text), mark))
+}
+
+/// Refuses a config that the ranks of an MPI launch cannot share: a step that does not
+/// split equally, a backend that cannot take part. One process takes any.
+fn check_world(train: &TrainConfig) -> Result<(), TrainError> {
+    let world = crate::world::get();
+    if world.size() <= 1 {
+        return Ok(());
+    }
+    Team::of(world, train)?;
+    let backend: BackendKind = train.backend.parse()?;
+    if backend == BackendKind::Wgpu {
+        return Err(TrainError::NotParallel {
+            backend,
+            size: world.size(),
+        });
+    }
+    Ok(())
 }
 
 /// Refuses a `--set` on resume that would make the config disagree with the run's saved
@@ -940,6 +1120,8 @@ fn starting_point(
 struct Loop<'a> {
     run: &'a RunDir,
     train: &'a TrainConfig,
+    /// The ranks sharing each step, and this one's part.
+    team: Team<'static>,
     dataset: &'a Dataset,
     device: Device,
     eval_device: Device,
@@ -1104,6 +1286,7 @@ impl Loop<'_> {
             it,
             &self.device,
             false,
+            &self.team,
             |m, g, lr| {
                 let values = [("loss", g.loss), ("gradient norm", g.norm)];
                 ensure_finite(bar, run, saved, &values, it, lr)?;
