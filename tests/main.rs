@@ -14,6 +14,7 @@ mod crash;
 mod docs;
 mod errors;
 mod heads;
+mod mpi;
 mod report;
 mod sweep;
 mod walk;

@@ -132,7 +132,14 @@ fn start_world(cli: &Cli) -> Result<()> {
     };
     let refusal = match cli.command {
         Command::Train(_) => match init() {
-            Ok(_) => return Ok(()),
+            Ok(world) => {
+                // From here rank 0 speaks for the run: a signal ends the others silently
+                // until they train.
+                if !world.is_root() {
+                    headlab_train::stop::nothing_at_stake(String::new());
+                }
+                return Ok(());
+            }
             Err(e) => anyhow::Error::new(e),
         },
         _ => anyhow::anyhow!(
