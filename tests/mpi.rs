@@ -349,7 +349,7 @@ fn what_ranks_cannot_share_is_refused_before_anything_is_written() {
         (
             2,
             vec!["eval", "r"],
-            "only `headlab train` runs as several ranks",
+            "only `headlab train` (and a sweep's task",
         ),
     ];
     for (n, a, want) in cases {
@@ -361,5 +361,130 @@ fn what_ranks_cannot_share_is_refused_before_anything_is_written() {
         assert!(ours[0].contains(want), "{a:?}: {err}");
         assert!(!err.contains("interrupted"), "{a:?}: {err}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "{a:?}");
+    }
+}
+
+/// `--ntasks` in a build without MPI is refused before anything is written.
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn ntasks_without_the_mpi_feature_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = headlab_env(
+        &[
+            "sweep",
+            "--grid",
+            "model.n_heads=1,2",
+            "--launcher",
+            "slurm",
+            "--ntasks",
+            "2",
+            "--dry-run",
+            "--out",
+            "s",
+        ],
+        dir.path(),
+        &[],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--ntasks 2 trains each run on 2 MPI ranks"),
+        "{err}"
+    );
+    assert!(err.contains("--features mpi"), "{err}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// A Slurm sweep with `--ntasks 2` submits an array of MPI jobs: each run trains on two
+/// ranks started by `srun --mpi=pmix` (its log says so) to the losses of the same sweep
+/// trained here as one process per run, within reduction-order rounding. `--ntasks` without
+/// Slurm, and a batch the ranks cannot share, are refused with nothing written. Skipped
+/// where no Slurm answers, unless `HEADLAB_REQUIRE_SLURM=1`.
+#[cfg(feature = "mpi")]
+#[test]
+fn a_slurm_sweep_trains_each_run_on_its_ranks() {
+    let Some(_) = mpirun() else { return };
+    let up = Command::new("sinfo")
+        .arg("-h")
+        .output()
+        .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+    if !up {
+        assert!(
+            std::env::var("HEADLAB_REQUIRE_SLURM").as_deref() != Ok("1"),
+            "HEADLAB_REQUIRE_SLURM=1 but no Slurm answers (sinfo)"
+        );
+        eprintln!("skipped: no Slurm cluster answers sinfo here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let sweep = |out: &'static str, extra: &[&'static str]| {
+        let mut a = vec![
+            "sweep",
+            "--grid",
+            "model.n_heads=1,2",
+            "--set",
+            "train.max_iters=30",
+            "--set",
+            "train.eval_interval=10",
+            "--set",
+            "train.log_interval=1",
+            "--set",
+            "train.grammar_sentences=20",
+            "--set",
+            "data.builtin_chars=100000",
+            "--out",
+            out,
+        ];
+        a.extend_from_slice(extra);
+        headlab(&a, dir.path())
+    };
+    for (extra, want) in [
+        (
+            &["--ntasks", "2"][..],
+            "--ntasks is a Slurm setting, but the runs would train here",
+        ),
+        (
+            &["--launcher", "slurm", "--ntasks", "5"][..],
+            "run model.n_heads-1 with --ntasks 5: train.batch_size = 24 does not divide among 5",
+        ),
+    ] {
+        let out = sweep("refused", extra);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(err.contains(want), "{err}");
+        assert!(!dir.path().join("refused").exists());
+    }
+    ok(&sweep("local", &[]));
+    ok(&sweep(
+        "slurm",
+        &[
+            "--launcher",
+            "slurm",
+            "--ntasks",
+            "2",
+            "--cpus-per-task",
+            "1",
+        ],
+    ));
+    crate::sweep::wait_until_done("slurm", 2, dir.path());
+    for name in ["model.n_heads-1", "model.n_heads-2"] {
+        let log = std::fs::read_to_string(dir.path().join("slurm/logs").join(format!(
+            "task-{}.out",
+            if name.ends_with('1') { 0 } else { 1 }
+        )))
+        .unwrap();
+        assert!(log.contains("data parallel: 2 ranks (MPI)"), "{log}");
+        let (a, b) = (
+            losses(&dir.path().join("local").join(name)),
+            losses(&dir.path().join("slurm").join(name)),
+        );
+        assert_eq!(a.len(), b.len(), "{name}");
+        for ((s, split, x), (_, _, y)) in a.iter().zip(&b) {
+            let rel = (x - y).abs() / x.abs();
+            assert!(
+                rel <= 1e-4,
+                "{name} step {s} {split}: {x} here, {y} on 2 ranks"
+            );
+        }
     }
 }

@@ -391,7 +391,7 @@ fn the_slurm_launcher_writes_one_array_task_per_run() {
 
 /// Polls `headlab sweep OUT --status` until its `n` runs are done: a failed task, or ten
 /// minutes, fails the test with the status.
-fn wait_until_done(out: &str, n: usize, dir: &Path) {
+pub(crate) fn wait_until_done(out: &str, n: usize, dir: &Path) {
     let started = Instant::now();
     loop {
         let status = ok(&headlab(&["sweep", out, "--status"], dir));

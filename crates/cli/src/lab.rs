@@ -410,6 +410,12 @@ pub fn run(args: LabArgs) -> Result<()> {
             ),
         };
         spec.check()?;
+        if common.slurm.ranks() > 1 {
+            bail!(
+                "--ntasks: a lab trains each of its runs as one process; data-parallel runs are \
+                 headlab train's and headlab sweep's (--launcher slurm --ntasks N)"
+            );
+        }
         if !common.slurm.dry_run && which("sbatch").is_none() {
             bail!(
                 "--launcher slurm needs sbatch, which is not on PATH: run on a Slurm login node, \

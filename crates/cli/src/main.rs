@@ -105,9 +105,36 @@ enum Command {
 /// launcher ([`headlab_train::world`]).
 fn run(cli: Cli) -> Result<()> {
     start_world(&cli)?;
-    let done = run_command(cli);
+    let world = headlab_train::world::get();
+    let done = if world.is_root() {
+        let done = run_command(cli);
+        headlab_train::parallel::release(world);
+        done
+    } else {
+        follow(world)
+    };
     headlab_train::world::finish();
     done
+}
+
+/// A rank other than 0 of an MPI launch: its share of every run rank 0 trains, whatever
+/// command rank 0 runs. What rank 0 reports too (a divergence, a drift, a stop) ends it
+/// quietly with rank 0's exit code.
+fn follow(world: &headlab_train::world::World) -> Result<()> {
+    match headlab_train::trainer::follow() {
+        Ok(()) => Ok(()),
+        Err(e) if e.follower_should_print() => {
+            Err(anyhow::Error::new(e).context(format!("rank {}", world.rank())))
+        }
+        Err(e) => {
+            let code = match e {
+                TrainError::Diverged { .. } => 3,
+                TrainError::Interrupted { .. } => headlab_train::stop::exit_code(),
+                _ => 2,
+            };
+            Err(Told(code).into())
+        }
+    }
 }
 
 /// An error already told by another rank (rank 0 speaks for the run): exit with this code,
@@ -130,8 +157,9 @@ fn start_world(cli: &Cli) -> Result<()> {
     let Some(launch) = launch_from(|k| std::env::var(k).ok()).filter(|l| l.size > 1) else {
         return Ok(());
     };
-    let refusal = match cli.command {
-        Command::Train(_) => match init() {
+    let refusal = match &cli.command {
+        Command::Train(_) | Command::Sweep(sweep::SweepArgs { point: Some(_), .. }) => match init()
+        {
             Ok(world) => {
                 // From here rank 0 speaks for the run: a signal ends the others silently
                 // until they train.
@@ -143,8 +171,9 @@ fn start_world(cli: &Cli) -> Result<()> {
             Err(e) => anyhow::Error::new(e),
         },
         _ => anyhow::anyhow!(
-            "only `headlab train` runs as several ranks ({}): the other commands run as one \
-             process; run this one without mpirun or srun",
+            "only `headlab train` (and a sweep's task, `headlab sweep DIR --point K`) runs as \
+             several ranks ({}): the other commands run as one process; run this one without \
+             mpirun or srun",
             launch.by
         ),
     };

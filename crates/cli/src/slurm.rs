@@ -8,6 +8,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::{Args, ValueEnum};
 use headlab_labs::sweep::SweepSpec;
+use headlab_train::RunConfig;
 
 use crate::common::whole_number;
 
@@ -33,6 +34,11 @@ pub struct SlurmArgs {
     /// Slurm: cores per task (`#SBATCH --cpus-per-task`; the run uses them all; default 2).
     #[arg(long, value_parser = whole_number::<usize>)]
     pub cpus_per_task: Option<usize>,
+    /// Slurm: MPI ranks that train each run together (`#SBATCH --ntasks`, started by `srun
+    /// --mpi=pmix`), each with --cpus-per-task cores; needs a build with `--features mpi`
+    /// (default 1: one process per run).
+    #[arg(long, value_parser = whole_number::<usize>)]
+    pub ntasks: Option<usize>,
     /// Slurm: memory per task (`#SBATCH --mem`, e.g. 2G).
     #[arg(long)]
     pub mem: Option<String>,
@@ -52,6 +58,7 @@ impl SlurmArgs {
             (self.partition.is_some(), "--partition"),
             (self.time.is_some(), "--time"),
             (self.cpus_per_task.is_some(), "--cpus-per-task"),
+            (self.ntasks.is_some(), "--ntasks"),
             (self.mem.is_some(), "--mem"),
             (!self.sbatch.is_empty(), "--sbatch"),
         ]
@@ -67,6 +74,46 @@ impl SlurmArgs {
                 "{flag} is a Slurm setting, but the runs would train here (local launcher): add \
                  --launcher slurm, or leave {flag} out"
             );
+        }
+        Ok(())
+    }
+
+    /// The ranks per run: 1 unless --ntasks asks for more.
+    pub fn ranks(&self) -> usize {
+        self.ntasks.unwrap_or(1)
+    }
+
+    /// Refuses `--ntasks` that the runs `configs` (named) cannot use, before anything is
+    /// written: 0, a binary without MPI, a step that the ranks cannot share equally, a
+    /// backend that cannot take part.
+    pub fn check_ranks<'a>(
+        &self,
+        configs: impl IntoIterator<Item = (&'a str, &'a RunConfig)>,
+    ) -> Result<()> {
+        let n = self.ranks();
+        if n == 0 {
+            bail!("--ntasks 0: a run needs at least one rank; leave --ntasks out for one");
+        }
+        if n == 1 {
+            return Ok(());
+        }
+        if !headlab_train::world::MPI_BUILT {
+            bail!(
+                "--ntasks {n} trains each run on {n} MPI ranks, but this headlab was built \
+                 without MPI: build it with `cargo build --release --features mpi` (Open MPI \
+                 and libclang installed), or leave --ntasks out"
+            );
+        }
+        for (name, config) in configs {
+            let train = &config.train;
+            headlab_train::world::Shard::of(0, n, train.grad_accum, train.batch_size)
+                .with_context(|| format!("run {name} with --ntasks {n}"))?;
+            if train.backend == "wgpu" {
+                bail!(
+                    "run {name}: train.backend = wgpu cannot train under MPI (--ntasks {n}); \
+                     use flex, or leave --ntasks out"
+                );
+            }
         }
         Ok(())
     }
@@ -112,6 +159,17 @@ fn script(dir: &Path, args: &SlurmArgs, n: usize) -> Result<String> {
         cwd.display(),
         logs.display()
     );
+    let ranks = args.ranks();
+    if ranks > 1 {
+        s += &format!("#SBATCH --ntasks={ranks}\n");
+    }
+    // Several ranks train the task's run together: srun starts them (PMIx, which Open MPI
+    // speaks) and stops them all if one fails.
+    let launch = if ranks > 1 {
+        "srun --mpi=pmix --kill-on-bad-exit=1 "
+    } else {
+        ""
+    };
     if let Some(p) = &args.partition {
         s += &format!("#SBATCH --partition={p}\n");
     }
@@ -128,7 +186,7 @@ fn script(dir: &Path, args: &SlurmArgs, n: usize) -> Result<String> {
         "\n# One run per array task; the run uses the task's cores.\n\
          export RAYON_NUM_THREADS=\"${{SLURM_CPUS_PER_TASK:-{}}}\"\n\
          echo \"== headlab sweep: task $SLURM_ARRAY_TASK_ID of job $SLURM_ARRAY_JOB_ID, $(date)\"\n\
-         '{}' sweep '{}' --point \"$SLURM_ARRAY_TASK_ID\"\n\
+         {launch}'{}' sweep '{}' --point \"$SLURM_ARRAY_TASK_ID\"\n\
          echo $? > '{}'/task-\"$SLURM_ARRAY_TASK_ID\".exit\n",
         args.cpus_per_task.unwrap_or(2),
         exe.display(),

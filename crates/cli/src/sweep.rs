@@ -156,6 +156,12 @@ pub fn run(mut args: SweepArgs) -> Result<()> {
     let jobs = args.jobs.unwrap_or(1);
     // Every point's config is checked before anything is written or submitted.
     let points = spec.check()?;
+    let configs = points
+        .iter()
+        .map(|p| Ok((p.name.as_str(), spec.config(p)?)))
+        .collect::<Result<Vec<_>>>()?;
+    args.slurm
+        .check_ranks(configs.iter().map(|(name, config)| (*name, config)))?;
     if launcher == Launcher::Slurm && !args.slurm.dry_run && which("sbatch").is_none() {
         bail!(
             "--launcher slurm needs sbatch, which is not on PATH: run on a Slurm login node, or \

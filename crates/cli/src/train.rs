@@ -64,7 +64,6 @@ pub fn resolve_config(args: &TrainArgs) -> Result<(RunConfig, String)> {
 
 /// Runs `headlab train`.
 pub fn run(args: TrainArgs) -> Result<()> {
-    let world = headlab_train::world::get();
     let options = match &args.resume {
         Some(dir) => {
             let mut resume_sets = args.set.clone();
@@ -86,7 +85,7 @@ pub fn run(args: TrainArgs) -> Result<()> {
         None => {
             let (config, name) = resolve_config(&args)?;
             // Only a config that will train: a bad one gets its one error line and no more.
-            if config.validate().is_ok() && world.is_root() {
+            if config.validate().is_ok() {
                 for line in config.train.warnings() {
                     headlab_train::log_line!("{line}");
                 }
@@ -103,9 +102,6 @@ pub fn run(args: TrainArgs) -> Result<()> {
             }
         }
     };
-    if !world.is_root() {
-        return follow(options, world);
-    }
     let summary = train(options, &mut observers())?;
     let run = summary.run.display();
     // The checkpoints and results are saved: a stop request from here on ends at once.
@@ -181,26 +177,4 @@ pub fn run(args: TrainArgs) -> Result<()> {
     }
     crate::report::tell(&report_run(&summary.run)?);
     Ok(())
-}
-
-/// A rank other than 0 of an MPI launch: its share of every step. What rank 0 reports too
-/// (a refusal, a divergence, a stop) ends it quietly with rank 0's exit code.
-fn follow(options: TrainOptions, world: &headlab_train::world::World) -> Result<()> {
-    use headlab_train::trainer::TrainError;
-    // Until training starts, a signal ends this rank silently: rank 0 says what happened.
-    headlab_train::stop::nothing_at_stake(String::new());
-    match headlab_train::trainer::follow(options) {
-        Ok(()) => Ok(()),
-        Err(e) if e.follower_should_print() => {
-            Err(anyhow::Error::new(e).context(format!("rank {}", world.rank())))
-        }
-        Err(e) => {
-            let code = match e {
-                TrainError::Diverged { .. } => 3,
-                TrainError::Interrupted { .. } => headlab_train::stop::exit_code(),
-                _ => 2,
-            };
-            Err(crate::Told(code).into())
-        }
-    }
 }

@@ -34,9 +34,6 @@ pub enum ParallelError {
         /// The largest checksum.
         max: u64,
     },
-    /// Rank 0 stopped before training (it printed why); the other ranks follow it.
-    #[error("rank 0 stopped before training (it says why)")]
-    RootStopped,
 }
 
 /// Collects every gradient, in the model's parameter order, into one flat buffer.
@@ -166,33 +163,52 @@ pub fn stop_line(world: &World, run: &Path, saved: Option<usize>) -> String {
     )
 }
 
-/// What rank 0 tells the others once the run is ready: 0 if it stopped, otherwise the step
-/// training starts at, plus one.
-pub fn ready_word(start: Option<usize>) -> u64 {
-    start.map_or(0, |s| s as u64 + 1)
-}
+static IN_RUN: AtomicBool = AtomicBool::new(false);
 
-static READY_SENT: AtomicBool = AtomicBool::new(false);
-
-/// Rank 0 tells the others that the run in `run` is ready at step `start`: they may read it.
-pub fn send_ready(world: &World, start: usize, run: &Path) {
-    world.broadcast(ready_word(Some(start)));
+/// Rank 0 tells the others that a run is ready in `run` at step `start` (`resuming`: from its
+/// `last` checkpoint): they read it and train their shares until its last step.
+pub fn send_ready(world: &World, start: usize, run: &Path, resuming: bool) {
+    world.broadcast(start as u64 + 1);
     world.broadcast_bytes(run.as_os_str().as_encoded_bytes());
-    READY_SENT.store(true, Ordering::SeqCst);
+    world.broadcast(u64::from(resuming));
+    IN_RUN.store(true, Ordering::SeqCst);
 }
 
-/// What a rank other than 0 hears of the run: the folder and the step training starts at,
-/// or that rank 0 stopped before training.
-pub fn await_ready(world: &World) -> Result<(PathBuf, usize), ParallelError> {
-    let Some(start) = world.broadcast(0).checked_sub(1) else {
-        return Err(ParallelError::RootStopped);
-    };
+/// Rank 0's run reached its last step: the others have left its exchanges.
+pub fn run_done() {
+    IN_RUN.store(false, Ordering::SeqCst);
+}
+
+/// Rank 0, at the end of its command: tells the others that no run follows, so they exit.
+/// Not while a run is between its exchanges (it failed there): rank 0 then exits without a
+/// word and the launcher stops the others.
+pub fn release(world: &World) {
+    if world.size() > 1 && world.is_root() && !IN_RUN.load(Ordering::SeqCst) {
+        world.broadcast(0);
+    }
+}
+
+/// A run rank 0 announced ([`send_ready`]).
+#[derive(Debug, Clone)]
+pub struct Ready {
+    /// Its folder.
+    pub run: PathBuf,
+    /// The step training starts at.
+    pub start: usize,
+    /// Whether it continues from its `last` checkpoint.
+    pub resuming: bool,
+}
+
+/// What a rank other than 0 hears next: a run to train its share of, or `None`: rank 0 is
+/// done (or stopped before training; it says why).
+pub fn await_ready(world: &World) -> Option<Ready> {
+    let start = world.broadcast(0).checked_sub(1)?;
     let bytes = world.broadcast_bytes(&[]);
     let run = PathBuf::from(String::from_utf8_lossy(&bytes).into_owned());
-    Ok((run, start as usize))
-}
-
-/// Whether [`send_ready`] was called: otherwise rank 0 owes the others a word that it stopped.
-pub fn ready_sent() -> bool {
-    READY_SENT.load(Ordering::SeqCst)
+    let resuming = world.broadcast(0) == 1;
+    Some(Ready {
+        run,
+        start: start as usize,
+        resuming,
+    })
 }

@@ -436,21 +436,6 @@ pub fn train(
     observers: &mut [Box<dyn Observer>],
 ) -> Result<TrainSummary, TrainError> {
     let run = options.out.clone();
-    let world = crate::world::get();
-    let trained = train_root(options, observers, &run);
-    // The other ranks wait for rank 0's word before they read the run: it stopped.
-    if world.size() > 1 && !crate::parallel::ready_sent() {
-        world.broadcast(crate::parallel::ready_word(None));
-    }
-    trained
-}
-
-/// [`train`] on rank 0, or in the one process of a run.
-fn train_root(
-    options: TrainOptions,
-    observers: &mut [Box<dyn Observer>],
-    run: &Path,
-) -> Result<TrainSummary, TrainError> {
     let run = run.to_path_buf();
     // The run's mark is held until its failure, if any, is explained below.
     let (resolved, mark) = resolve_run(&options).map_err(|e| explain_failure(e, &run, false))?;
@@ -466,19 +451,26 @@ fn train_root(
     Ok(summary)
 }
 
-/// Training on a rank other than 0 of an MPI launch ([`crate::world`]). Once rank 0 says the
-/// run is ready, this rank reads the run's config, data and starting point from its folder
-/// (rank 0's, on a file system they share), then computes its share of every step and
-/// exchanges it; it writes nothing. What ends the run, rank 0 reports; this rank's error says
+/// A rank other than 0 of an MPI launch ([`crate::world`]): the share of every run rank 0
+/// trains, until it says no run follows ([`crate::parallel::await_ready`]). Each run's
+/// config, data and starting point are read from its folder (rank 0's, on a file system they
+/// share); this rank writes nothing. What ends a run, rank 0 reports; this rank's error says
 /// only what rank 0 cannot know ([`TrainError::follower_should_print`]).
-pub fn follow(options: TrainOptions) -> Result<(), TrainError> {
+pub fn follow() -> Result<(), TrainError> {
     let world = crate::world::get();
-    // Rank 0 names the folder: `runs/default-2` when `runs/default` was there before it.
-    let (out, start) = crate::parallel::await_ready(world)?;
-    let run = RunDir::open(&out)?;
+    while let Some(ready) = crate::parallel::await_ready(world) {
+        follow_run(world, &ready)?;
+    }
+    Ok(())
+}
+
+/// One run of [`follow`].
+fn follow_run(world: &World, ready: &crate::parallel::Ready) -> Result<(), TrainError> {
+    let run = RunDir::open(&ready.run)?;
     let config = run.config()?;
     let tc = config.train.clone();
-    crate::stop::nothing_at_stake(stop_line(world, &run.root, (start > 0).then_some(start)));
+    let saved = (ready.start > 0).then_some(ready.start);
+    crate::stop::nothing_at_stake(stop_line(world, &run.root, saved));
     let dataset = load_dataset(&run, &config, run.tokenizer()?)?;
     let gpt = config
         .model
@@ -490,13 +482,12 @@ pub fn follow(options: TrainOptions) -> Result<(), TrainError> {
         headlab_kernels::with_precision(precision, || {
             let device = backend.device()?.autodiff();
             let _keep_pages = KeepFreedPages::new();
-            let resuming = options.resume && run.has_checkpoint("last");
-            let init = options.init.as_ref();
+            // A lab's init hook is not carried over: sweeps and `train` have none.
             let (mut model, mut optim, state) =
-                starting_point(&run, resuming, &gpt, &tc, &device, init)?;
+                starting_point(&run, ready.resuming, &gpt, &tc, &device, None)?;
             let team = Team::of(world, &tc)?;
             check_in_step(&model, world, state.step)?;
-            let resumed_at = (resuming && !state.pending_eval).then_some(state.step);
+            let resumed_at = (ready.resuming && !state.pending_eval).then_some(state.step);
             let bar = ProgressBar::hidden();
             let mut it = state.step;
             loop {
@@ -505,6 +496,8 @@ pub fn follow(options: TrainOptions) -> Result<(), TrainError> {
                     crate::stop::nothing_at_stake(stop_line(world, &run.root, Some(it)));
                 }
                 if it >= tc.max_iters {
+                    // Silent again until the next run.
+                    crate::stop::nothing_at_stake(String::new());
                     return Ok(());
                 }
                 // The averaged loss and norm are rank 0's: it diverges at the same step.
@@ -693,7 +686,7 @@ fn train_resolved(
     let parallel = world.size() > 1;
     if parallel {
         // The others read the run from here on; rank 0 changes it only at checkpoints.
-        crate::parallel::send_ready(world, it, &run.root);
+        crate::parallel::send_ready(world, it, &run.root, resuming);
         check_in_step(&model, world, it)?;
         let saved = resuming.then_some(it);
         crate::stop::nothing_at_stake(stop_line(world, &run.root, saved));
@@ -729,6 +722,7 @@ fn train_resolved(
     }
     lp.bar.finish_and_clear();
     if parallel {
+        crate::parallel::run_done();
         crate::stop::at_stake();
     }
 

@@ -13,6 +13,9 @@ use std::sync::OnceLock;
 
 use thiserror::Error;
 
+/// Whether this build can run as several ranks (the `mpi` feature).
+pub const MPI_BUILT: bool = cfg!(feature = "mpi");
+
 /// Where the launcher's environment says this process stands, before MPI starts.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Launch {
