@@ -145,6 +145,15 @@ pub fn run(args: TrainArgs) -> Result<()> {
         r.tokens,
         r.train_s
     );
+    if let Some(exchange) = r.exchange_s {
+        headlab_train::log_line!(
+            "data parallel: {} ranks; {exchange:.1} s of the {:.1} s in steps averaging \
+             gradients ({:.0}%)",
+            r.world_size,
+            r.train_s,
+            100.0 * exchange / r.train_s.max(1e-9)
+        );
+    }
     if summary.stopped {
         crate::report::tell(&report_run(&summary.run)?);
         return Err(headlab_train::TrainError::InterruptedAfterTraining {

@@ -98,6 +98,10 @@ pub struct RunResult {
     /// 1, and left out of result.json, for one process.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub world_size: usize,
+    /// Of `train_s`, the seconds this session spent averaging gradients across the ranks
+    /// (rank 0's wait included); left out for one process.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exchange_s: Option<f64>,
 }
 
 fn one() -> usize {

@@ -332,6 +332,7 @@ impl RunResult {
             val_split_tokens: data.len(Split::Val),
             block_size: t,
             world_size: crate::world::get().size(),
+            exchange_s: (crate::world::get().size() > 1).then_some(lp.exchange_s),
         };
         (result, stopped)
     }
@@ -676,6 +677,7 @@ fn train_resolved(
         run: &run,
         train: &tc,
         team,
+        exchange_s: 0.0,
         dataset: &dataset,
         metrics,
         optim,
@@ -1116,6 +1118,8 @@ struct Loop<'a> {
     train: &'a TrainConfig,
     /// The ranks sharing each step, and this one's part.
     team: Team<'static>,
+    /// Seconds this session's steps spent averaging gradients across the ranks.
+    exchange_s: f64,
     dataset: &'a Dataset,
     device: Device,
     eval_device: Device,
@@ -1295,6 +1299,7 @@ impl Loop<'_> {
         )?;
         let (lr, step) = (step.lr, step.gradients);
         self.state.train_s += started.elapsed().as_secs_f64();
+        self.exchange_s += step.exchange_s;
         let tokens = (tc.batch_size * model.config.block_size * tc.grad_accum) as f64;
         self.window.1 += 1;
         let seconds = self.window.0.elapsed().as_secs_f64().max(1e-9);
