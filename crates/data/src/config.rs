@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::corpus::{BuiltinCorpus, UnknownCorpus};
+use crate::builtin::{BuiltinCorpus, UnknownCorpus};
 use crate::tokenizer::{DEFAULT_BPE_VOCAB, MAX_BPE_VOCAB, MIN_BPE_VOCAB, TokenizerKind};
 
 /// `[data]`. Exactly one of `path` and `builtin` must be set. Inside a `[data]` table

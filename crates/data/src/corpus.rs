@@ -10,148 +10,24 @@
 //! - `lookup`: letters each set by two earlier ones at different distances, for a task that
 //!   needs two attention lookups at once (`headlab lab heads`);
 //! - `attach`: "the detectives follow the spy with the camera and hide it.", where what "with"
-//!   attaches to decides the number of the last verb (`headlab lab ambiguity`).
-
-use std::fmt;
-use std::str::FromStr;
+//!   attaches to decides the number of the last verb (`headlab lab ambiguity`);
+//! - `relations`: "the dog near the cats chases one of the red mice.", where the verb's
+//!   number comes from its subject and the object's class from the verb
+//!   ([`crate::relations`], `headlab lab relations`).
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// A built-in corpus (`data.builtin` in the config).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BuiltinCorpus {
-    Grammar,
-    Induction,
-    Copy,
-    Lookup,
-    Attach,
-}
-
-/// An unknown corpus name.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown built-in corpus {name:?}; valid corpora: {}",
-    BuiltinCorpus::names()
-)]
-pub struct UnknownCorpus {
-    pub name: String,
-}
-
-impl BuiltinCorpus {
-    pub const ALL: [BuiltinCorpus; 5] = [
-        BuiltinCorpus::Grammar,
-        BuiltinCorpus::Induction,
-        BuiltinCorpus::Copy,
-        BuiltinCorpus::Lookup,
-        BuiltinCorpus::Attach,
-    ];
-
-    /// Every corpus's name, comma-separated: the one list every message and doc quotes.
-    pub fn names() -> String {
-        Self::ALL.map(Self::name).join(", ")
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BuiltinCorpus::Grammar => "grammar",
-            BuiltinCorpus::Induction => "induction",
-            BuiltinCorpus::Copy => "copy",
-            BuiltinCorpus::Lookup => "lookup",
-            BuiltinCorpus::Attach => "attach",
-        }
-    }
-
-    /// Generates about `n_chars` characters (whole lines or sentences only, so the text is
-    /// at least `n_chars` long unless `n_chars` is 0). `seq_len` is the sequence length of
-    /// `induction` and the longest string of `copy`; `grammar` ignores it.
-    pub fn generate(self, seed: u64, n_chars: usize, seq_len: usize) -> String {
-        match self {
-            BuiltinCorpus::Grammar => grammar(seed, n_chars),
-            BuiltinCorpus::Induction => induction(seed, n_chars, seq_len),
-            BuiltinCorpus::Copy => copy(seed, n_chars, seq_len),
-            BuiltinCorpus::Lookup => lookup(seed, n_chars),
-            BuiltinCorpus::Attach => attach(seed, n_chars),
-        }
-    }
-}
-
-impl fmt::Display for BuiltinCorpus {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for BuiltinCorpus {
-    type Err = UnknownCorpus;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|c| c.name() == s)
-            .ok_or_else(|| UnknownCorpus {
-                name: s.to_string(),
-            })
-    }
-}
+pub use crate::words::{
+    ADJECTIVES, INTRANSITIVE_VERBS, Inflected, NEUTRAL_DETERMINERS, NOUNS, PLURAL_DETERMINERS,
+    PREPOSITIONS, SINGULAR_DETERMINERS, TRANSITIVE_VERBS,
+};
+pub(crate) use crate::words::{inflection, w};
 
 // ---------------------------------------------------------------------------------------
 // Grammar
 // ---------------------------------------------------------------------------------------
 
-/// A word with a singular and a plural form (nouns, and present-tense verbs whose
-/// singular is the third person: "sees" / "see").
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Inflected {
-    pub singular: &'static str,
-    pub plural: &'static str,
-}
-
-impl Inflected {
-    pub fn form(self, plural: bool) -> &'static str {
-        if plural { self.plural } else { self.singular }
-    }
-}
-
-const fn w(singular: &'static str, plural: &'static str) -> Inflected {
-    Inflected { singular, plural }
-}
-
-/// Animate nouns: subjects and objects. Irregular plurals (men, children, spies) make the
-/// model learn number per word rather than from a trailing "s".
-pub const NOUNS: [Inflected; 8] = [
-    w("dog", "dogs"),
-    w("cat", "cats"),
-    w("bird", "birds"),
-    w("man", "men"),
-    w("child", "children"),
-    w("teacher", "teachers"),
-    w("detective", "detectives"),
-    w("spy", "spies"),
-];
-pub const TRANSITIVE_VERBS: [Inflected; 6] = [
-    w("sees", "see"),
-    w("likes", "like"),
-    w("follows", "follow"),
-    w("chases", "chase"),
-    w("watches", "watch"),
-    w("finds", "find"),
-];
-pub const INTRANSITIVE_VERBS: [Inflected; 5] = [
-    w("runs", "run"),
-    w("sleeps", "sleep"),
-    w("sings", "sing"),
-    w("waits", "wait"),
-    w("smiles", "smile"),
-];
-/// All start with a consonant, so "a" never needs to be "an".
-pub const ADJECTIVES: [&str; 6] = ["small", "big", "tall", "young", "happy", "quiet"];
-/// "the" fits both numbers, so the noun alone must carry number.
-pub const NEUTRAL_DETERMINERS: [&str; 1] = ["the"];
-pub const SINGULAR_DETERMINERS: [&str; 2] = ["a", "every"];
-pub const PLURAL_DETERMINERS: [&str; 2] = ["some", "two"];
-/// Prepositions of phrases that modify a subject ("the dog near the cats runs").
-pub const PREPOSITIONS: [&str; 3] = ["near", "behind", "beside"];
 /// What follows "with" in an attachment ambiguity: instruments (binoculars modify the
 /// verb) and attributes (a hat modifies the object); the text never says which.
 pub const WITH_PHRASES: [&str; 6] = [
@@ -453,19 +329,6 @@ fn determiner_number(word: &str) -> Option<Option<bool>> {
     } else {
         None
     }
-}
-
-/// The number of `word` if it is one of the forms in `list`.
-pub(crate) fn inflection(list: &[Inflected], word: &str) -> Option<bool> {
-    list.iter().find_map(|x| {
-        if x.singular == word {
-            Some(false)
-        } else if x.plural == word {
-            Some(true)
-        } else {
-            None
-        }
-    })
 }
 
 struct Parser<'a> {
@@ -812,62 +675,11 @@ mod tests {
     use super::*;
     use std::collections::{HashMap, HashSet};
 
-    /// The shipped default config and the README name every corpus the code generates, as
-    /// the error messages do (they quote `BuiltinCorpus::names`).
-    #[test]
-    fn every_list_of_corpora_is_the_codes() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-        let config = std::fs::read_to_string(root.join("configs/default.toml")).unwrap();
-        let line = config.lines().find(|l| l.starts_with("builtin =")).unwrap();
-        assert!(
-            line.contains(&BuiltinCorpus::names()),
-            "configs/default.toml: {line}"
-        );
-        let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-        let quoted = BuiltinCorpus::ALL.map(|c| format!("\"{c}\"")).join(" | ");
-        assert!(readme.contains(&quoted), "README.md does not list {quoted}");
-        for corpus in BuiltinCorpus::ALL {
-            assert_eq!(corpus.name().parse::<BuiltinCorpus>(), Ok(corpus));
-        }
-        // The message quotes the list, written out here by hand.
-        assert_eq!(
-            UnknownCorpus { name: "x".into() }.to_string(),
-            "unknown built-in corpus \"x\"; valid corpora: grammar, induction, copy, lookup, attach"
-        );
-    }
-
     /// Splits grammar text back into sentences on the separators it promises.
     fn split_sentences(text: &str) -> Vec<&str> {
         text.split_inclusive(['.'])
             .map(|s| s.trim_start_matches([' ', '\n']))
             .collect()
-    }
-
-    #[test]
-    fn names_round_trip_and_unknown_lists_valid() {
-        for c in BuiltinCorpus::ALL {
-            assert_eq!(c.to_string().parse::<BuiltinCorpus>().unwrap(), c);
-        }
-        assert_eq!(
-            "induction".parse::<BuiltinCorpus>(),
-            Ok(BuiltinCorpus::Induction)
-        );
-        let msg = "grammer".parse::<BuiltinCorpus>().unwrap_err().to_string();
-        for part in ["grammer", "grammar", "induction", "copy"] {
-            assert!(msg.contains(part), "{part} missing from {msg}");
-        }
-    }
-
-    #[test]
-    fn same_seed_same_text_other_seed_other_text() {
-        for c in BuiltinCorpus::ALL {
-            let a = c.generate(7, 5_000, 16);
-            assert_eq!(a, c.generate(7, 5_000, 16), "{c}");
-            assert_ne!(a, c.generate(8, 5_000, 16), "{c}");
-            assert!(a.len() >= 5_000 && a.len() < 5_200, "{c}: {}", a.len());
-            assert!(a.is_ascii(), "{c}");
-        }
-        assert_eq!(grammar(3, 0), "");
     }
 
     #[test]

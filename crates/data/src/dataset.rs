@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 
 use rand::Rng;
 
+use crate::builtin::BuiltinCorpus;
 use crate::config::{DataConfig, DataConfigError, DataSource};
-use crate::corpus::BuiltinCorpus;
 use crate::ids::TokenIds;
 use crate::tokenizer::{DEFAULT_BPE_VOCAB, Tokenizer, TokenizerError, TokenizerKind};
 
