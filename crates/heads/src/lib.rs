@@ -24,6 +24,9 @@
 //! - [`syntax`]: each head's attention on the grammar's dependencies against fixed-offset
 //!   rules, the subject trackers and the agreement ablation; [`syntax_report`]: their files
 //!   (`syntax.csv`, `agreement.csv`, `syntax.json`) and the text `train` and `heads` print.
+//! - [`relations`]: heads on the `relations` corpus: Clark scores for the subject and the
+//!   object relation where each word is predicted, and the two forced choices with heads
+//!   zeroed.
 //! - [`pruning`]: heads removed one at a time in order of gradient importance (Michel et al.
 //!   2019), against reverse and random orders; [`prune_report`]: `prune.csv` and its summary.
 //! - [`maps`]: attention maps through training (`head_maps.jsonl`).
@@ -50,6 +53,7 @@ pub mod patching;
 pub mod probe;
 pub mod prune_report;
 pub mod pruning;
+pub mod relations;
 pub mod scores;
 pub mod syntax;
 pub mod syntax_report;
