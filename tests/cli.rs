@@ -541,7 +541,7 @@ fn help_lists_every_lab_and_quotes_no_measured_time() {
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .filter(|n| n != "help")
         .collect();
-    assert_eq!(names.len(), 6, "{labs}");
+    assert_eq!(names.len(), 7, "{labs}");
     let lab_line = top
         .lines()
         .find(|l| l.trim_start().starts_with("lab "))

@@ -467,6 +467,112 @@ fn a_reduced_lab_syntax_reports_each_runs_best_head_per_relation() {
     assert!(!dir.path().join("bad").exists());
 }
 
+/// A reduced `lab relations` (1 and 2 heads, one seed, 60 steps), twice: relations.csv is the
+/// same byte for byte, and so is the summary but for its time; each run's row of the summary
+/// names as carrier the head whose zeroing lowers the relation's forced choice most, found
+/// here by a loop over relations.csv; bad settings are refused with nothing written.
+#[test]
+fn a_reduced_lab_relations_is_deterministic_and_names_each_relations_carrier() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = |out: &'static str| {
+        [
+            "lab",
+            "relations",
+            "--out",
+            out,
+            "--heads",
+            "1,2",
+            "--seeds",
+            "1",
+            "--set",
+            "train.max_iters=60",
+            "--set",
+            "data.builtin_chars=200000",
+        ]
+    };
+    ok(&headlab(&args("a"), dir.path()));
+    ok(&headlab(&args("b"), dir.path()));
+    let read = |p: &str| std::fs::read_to_string(dir.path().join(p)).unwrap();
+    let csv = read("a/relations.csv");
+    assert_eq!(csv, read("b/relations.csv"));
+    // The times and the command line differ; every table and figure is the same.
+    let timeless = |s: String| -> String {
+        s.lines()
+            .filter(|l| !l.starts_with("Reproduce") && !l.contains(" s of training"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(
+        timeless(read("a/summary.md")),
+        timeless(read("b/summary.md"))
+    );
+    assert_eq!(
+        csv.lines().next().unwrap(),
+        "n_heads,seed,val_loss,layer,head,relation,accuracy,baseline_offset,\
+         baseline_accuracy,role,choice_intact,choice_zeroed,margin_intact,margin_zeroed"
+    );
+    // 2 layers x (1 + 2) heads x 2 relations.
+    let rows: Vec<Vec<&str>> = csv
+        .lines()
+        .skip(1)
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 2 * 3 * 2, "{csv}");
+    let summary = read("a/summary.md");
+    for h in ["1", "2"] {
+        for relation in ["subject", "object"] {
+            let of: Vec<&Vec<&str>> = rows
+                .iter()
+                .filter(|r| r[0] == h && r[5] == relation)
+                .collect();
+            let intact: f64 = of[0][10].parse().unwrap();
+            // The first of the largest falls.
+            let mut carrier = of[0];
+            for r in &of {
+                if r[11].parse::<f64>().unwrap() < carrier[11].parse::<f64>().unwrap() {
+                    carrier = r;
+                }
+            }
+            let zeroed: f64 = carrier[11].parse().unwrap();
+            let want = format!("| {h} | 1 | {relation} | {intact:.2} |");
+            let line = summary
+                .lines()
+                .find(|l| l.starts_with(&want))
+                .unwrap_or_else(|| panic!("{want} not in\n{summary}"));
+            let named = format!(
+                "| {}.{} | {intact:.2} -> {zeroed:.2} |",
+                carrier[3], carrier[4]
+            );
+            assert!(line.contains(&named), "{named} not in {line}");
+        }
+    }
+    assert!(dir.path().join("a/choices.png").is_file());
+    assert!(dir.path().join("a/zeroing.png").is_file());
+    assert!(read("a/report.html").contains("<html"));
+
+    for (bad, says) in [
+        (
+            vec!["--heads", "3"],
+            "--heads 3 does not divide d_model = 128",
+        ),
+        (
+            vec!["--relations", "subject,antecedent"],
+            "--relations antecedent is not a relation",
+        ),
+        (vec!["--seeds", ""], "is not a whole number"),
+    ] {
+        let mut args = vec!["lab", "relations", "--out", "bad"];
+        args.extend(bad);
+        let out = headlab(&args, dir.path());
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        // One line says it (clap adds its "--help" hint below its own).
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(first.contains(says), "{says} not in {stderr}");
+        assert!(!dir.path().join("bad").exists());
+    }
+}
+
 /// A reduced `lab grokking` (p = 31, 70% of the pairs, 600 steps at lr 5e-3) still groks:
 /// it starts at chance, fits its training pairs, and only several times as many steps later
 /// the held-out ones, with an embedding whose norm sits in a few frequencies. The summary's
@@ -1008,41 +1114,72 @@ fn a_short_lab_ambiguity_table_comes_from_its_run_and_repeats() {
     let (_, trained, device) = open_trained(&dir.path().join("a/run"), None, "best").unwrap();
     let tok = &trained.tokenizer;
     let first = |w: &str| tok.encode(&format!(" {w}")).unwrap()[0] as usize;
-    let (mut agree, mut n) = (0usize, 0usize);
-    let seed = trained.config.train.seed.wrapping_add(99);
-    for s in attach_sentences(seed, 60_000) {
-        if s.ambiguous || s.attachment != Attachment::Verb || s.subject_plural == s.object_plural {
-            continue;
+    let (layers, heads) = (trained.config.model.n_layers, trained.config.model.n_heads);
+    // The share with the heads `zeroed` (`layer * n_heads + head`) masked out.
+    let agreement = |zeroed: &[usize]| -> f64 {
+        let mut mask = vec![1.0f32; layers * heads];
+        zeroed.iter().for_each(|&k| mask[k] = 0.0);
+        let mask = Tensor::<2>::from_data(TensorData::new(mask, [layers, heads]), &device);
+        let (mut agree, mut n) = (0usize, 0usize);
+        let seed = trained.config.train.seed.wrapping_add(99);
+        for s in attach_sentences(seed, 60_000) {
+            if s.ambiguous
+                || s.attachment != Attachment::Verb
+                || s.subject_plural == s.object_plural
+            {
+                continue;
+            }
+            if n == 100 {
+                break;
+            }
+            let words: Vec<&str> = s.text.split(' ').collect();
+            let and = tok.encode(&words[..=s.and].join(" ")).unwrap().len() - 1;
+            let ids = tok.encode(&s.text).unwrap();
+            let t = ids.len();
+            let input = Tensor::<2, Int>::from_data(
+                TensorData::new(ids.iter().map(|&i| i64::from(i)).collect(), [1, t]),
+                &device,
+            );
+            let options = headlab_model::ForwardOptions {
+                head_mask: Some(mask.clone()),
+                ..Default::default()
+            };
+            let logits = to_host::<f32, _>(trained.model.forward_with(input, options).logits);
+            let vocab = logits.len() / t;
+            let at = |id: usize| f64::from(logits[and * vocab + id]).exp();
+            let singular: f64 = HOLD_VERBS.iter().map(|v| at(first(v.singular))).sum();
+            let plural: f64 = HOLD_VERBS.iter().map(|v| at(first(v.plural))).sum();
+            agree += usize::from((plural > singular) == s.subject_plural);
+            n += 1;
         }
-        if n == 100 {
-            break;
-        }
-        let words: Vec<&str> = s.text.split(' ').collect();
-        let and = tok.encode(&words[..=s.and].join(" ")).unwrap().len() - 1;
-        let ids = tok.encode(&s.text).unwrap();
-        let t = ids.len();
-        let input = Tensor::<2, Int>::from_data(
-            TensorData::new(ids.iter().map(|&i| i64::from(i)).collect(), [1, t]),
-            &device,
+        agree as f64 / n as f64
+    };
+    // A cell of the first row starting `row` at or after the table whose header starts `from`.
+    let cell_after = |from: &str, row: &str, column: usize| -> f64 {
+        let start = a.iter().position(|l| l.starts_with(from)).unwrap_or(0);
+        let line = a[start..]
+            .iter()
+            .find(|l| l.starts_with(row))
+            .unwrap_or_else(|| panic!("no row {row} in {a:?}"));
+        line.split('|').nth(column).unwrap().trim().parse().unwrap()
+    };
+    let cell = |row: &str, column: usize| cell_after("| reading |", row, column);
+    let zeroing = |row: &str| cell_after("| zeroed |", row, 2);
+    let measured = agreement(&[]);
+    let listed = cell("| instrument (verb) |", 3);
+    assert!((measured - listed).abs() < 1e-3, "{measured} vs {listed}");
+    // The zeroing table: nothing zeroed is the agreement table's, and each head's instrument
+    // column is the loop's with that head masked.
+    assert!((zeroing("| nothing | ") - listed).abs() < 1e-3);
+    for k in [0, heads + 1] {
+        let name = format!("| {}.{} | ", k / heads, k % heads);
+        let zeroed = zeroing(&name);
+        let measured = agreement(&[k]);
+        assert!(
+            (measured - zeroed).abs() < 1e-3,
+            "{name}: {measured} vs {zeroed}"
         );
-        let logits = to_host::<f32, _>(trained.model.forward(input));
-        let vocab = logits.len() / t;
-        let at = |id: usize| f64::from(logits[and * vocab + id]).exp();
-        let singular: f64 = HOLD_VERBS.iter().map(|v| at(first(v.singular))).sum();
-        let plural: f64 = HOLD_VERBS.iter().map(|v| at(first(v.plural))).sum();
-        agree += usize::from((plural > singular) == s.subject_plural);
-        n += 1;
     }
-    let row = a
-        .iter()
-        .find(|l| l.starts_with("| instrument (verb) |"))
-        .unwrap();
-    let listed: f64 = row.split('|').nth(3).unwrap().trim().parse().unwrap();
-    let measured = agree as f64 / n as f64;
-    assert!(
-        (measured - listed).abs() < 1e-3,
-        "{measured} vs {listed}: {row}"
-    );
 }
 
 /// The table rows (`| ... |` lines) of a lab's `summary.md` in `out`.

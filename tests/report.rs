@@ -424,6 +424,17 @@ fn the_committed_lab_pages_come_from_the_current_templates() {
             "docs/{lab}/heads.csv"
         );
     }
+    let relations =
+        |name: &str| std::fs::read_to_string(repo.join("docs/lab-relations").join(name)).unwrap();
+    assert!(
+        relations("report.html").contains(&report_js),
+        "docs/lab-relations/report.html was drawn by an older report.js: run `headlab lab \
+         relations` and copy its files into docs/lab-relations"
+    );
+    assert!(
+        relations("heads.html").contains(&explorer_js),
+        "docs/lab-relations/heads.html was drawn by an older explorer.js"
+    );
     let summary = std::fs::read_to_string(repo.join("docs/lab-induction/summary.md")).unwrap();
     for part in [
         "**in-context learning score**",

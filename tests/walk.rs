@@ -285,6 +285,10 @@ fn each_lab_says_what_it_trains_and_writes() {
         ("induction", ["attention only", "summary.md", "report.html"]),
         ("heads", ["d_k = 64/h", "val_loss.csv", "--seeds"]),
         ("ambiguity", ["attach corpus", "summary.md", "report.html"]),
+        (
+            "relations",
+            ["relations corpus", "relations.csv", "--relations"],
+        ),
     ] {
         let help = ok(&headlab(&["lab", lab, "--help"], tmp.path()));
         for part in parts {
@@ -303,6 +307,10 @@ fn each_lab_says_what_it_trains_and_writes() {
             help.contains(&format!("{steps} steps")),
             "lab {lab}: {steps} steps:\n{help}"
         );
-        assert_eq!(help.contains("--seeds"), lab == "heads", "{help}");
+        assert_eq!(
+            help.contains("--seeds"),
+            matches!(lab, "heads" | "relations"),
+            "{help}"
+        );
     }
 }

@@ -8,6 +8,8 @@
 //!   attaches to decides the number of the last verb.
 //! - `symmetry`: identical heads stay identical; a perturbation or a random start lets
 //!   gradients pull them apart.
+//! - `relations`: models with 1, 2 and 4 heads on the relations corpus: which head holds the
+//!   verb's number and which the object's class, proven by zeroing each.
 //! - `syntax`: word-level grammar models with 1, 2, 4 and 8 heads over seeds: which relations
 //!   find a syntactic head, when it forms, and what zeroing it does.
 //!
@@ -21,7 +23,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::{Args, Subcommand};
 use headlab_kernels::BackendKind;
-use headlab_labs::{Runs, ambiguity, grokking, head_count, induction, symmetry, syntax};
+use headlab_labs::{Runs, ambiguity, grokking, head_count, induction, relations, symmetry, syntax};
 use headlab_train::run::{
     Holder, RunError, TrainingMark, holder_name, mark_holder, mark_training, stop_advice,
 };
@@ -100,6 +102,33 @@ pub enum LabName {
         /// Head counts (comma-separated; default 1,2,4,8).
         #[arg(long, value_delimiter = ',', allow_negative_numbers = true, value_parser = whole_number::<usize>)]
         heads: Option<Vec<usize>>,
+    },
+    /// Syntax and meaning at once: which head holds a verb's number and which its object,
+    /// with 1, 2 and 4 heads, proven by zeroing each.
+    #[command(long_about = "Syntax and meaning at once.\n\n\
+        Trains one model per head count and seed: 2 layers, d_model 128 split into h heads, \
+        word tokens, block 64, 1000 steps on the built-in relations corpus (\"the dog near the \
+        cats chases one of the red mice.\": the verb's number comes from its subject, its \
+        object from the verb) (configs/lab-relations.toml). For each run, on 600 test \
+        sentences: each head's Clark score on the subject and the object relation against the \
+        best fixed-offset rule, the two forced choices (the verb's number; an object that \
+        fits the verb against one that does not), and both with each head zeroed alone.\n\n\
+        Writes into --out (default runs/lab-relations): one run per count and seed \
+        (h<H>-s<SEED>/, each with report.html), relations.csv, choices.png, zeroing.png, \
+        report.html and heads.html (the run with the clearest double dissociation) and \
+        summary.md.")]
+    Relations {
+        #[command(flatten)]
+        common: Common,
+        /// Seeds (comma-separated; default 1,2,3).
+        #[arg(long, value_delimiter = ',', allow_negative_numbers = true, value_parser = whole_number::<u64>)]
+        seeds: Option<Vec<u64>>,
+        /// Head counts (comma-separated; default 1,2,4).
+        #[arg(long, value_delimiter = ',', allow_negative_numbers = true, value_parser = whole_number::<usize>)]
+        heads: Option<Vec<usize>>,
+        /// The relations reported (comma-separated): subject, object (default both).
+        #[arg(long)]
+        relations: Option<String>,
     },
     /// Where "with" and "and" look when what "with" attaches to decides a later verb.
     #[command(long_about = "Prepositional-phrase attachment.\n\n\
@@ -229,8 +258,8 @@ pub struct Common {
     /// Backend of the lab's runs: flex, flex-burn, ndarray or wgpu (overrides train.backend).
     #[arg(long, short)]
     pub backend: Option<String>,
-    /// Where the lab's runs train: here, or (lab heads, syntax and symmetry) as one Slurm job
-    /// array, one task per run; once they are done, the same command with --resume measures
+    /// Where the lab's runs train: here, or (lab heads, syntax, relations and symmetry) as
+    /// one Slurm job array, one task per run; once they are done, the same command with --resume measures
     /// them and writes the summary.
     #[arg(long, value_enum, default_value = "local")]
     pub launcher: Launcher,
@@ -259,6 +288,9 @@ pub fn run(args: LabArgs) -> Result<()> {
         }
         LabName::Heads { common, .. } => ("heads", &common.out, common.force, common.resume),
         LabName::Syntax { common, .. } => ("syntax", &common.out, common.force, common.resume),
+        LabName::Relations { common, .. } => {
+            ("relations", &common.out, common.force, common.resume)
+        }
         LabName::Ambiguity { common, .. } => {
             ("ambiguity", &common.out, common.force, common.resume)
         }
@@ -271,8 +303,8 @@ pub fn run(args: LabArgs) -> Result<()> {
         && (misplaced.seeds.is_some() || misplaced.heads.is_some())
     {
         bail!(
-            "--seeds and --heads are for `lab heads` and `lab syntax`; `lab {name}` takes --set \
-             train.seed=N"
+            "--seeds and --heads are for `lab heads`, `lab syntax` and `lab relations`; `lab \
+             {name}` takes --set train.seed=N"
         );
     }
     let out = out
@@ -283,6 +315,7 @@ pub fn run(args: LabArgs) -> Result<()> {
         LabName::Induction { common, .. }
         | LabName::Heads { common, .. }
         | LabName::Syntax { common, .. }
+        | LabName::Relations { common, .. }
         | LabName::Ambiguity { common, .. }
         | LabName::Symmetry { common, .. } => {
             if common.launcher == Launcher::Local {
@@ -294,6 +327,14 @@ pub fn run(args: LabArgs) -> Result<()> {
             settings.config().check()?;
             Vec::new()
         }
+    };
+    // `lab relations`'s relations, named before anything is written.
+    let chosen = match &args.name {
+        LabName::Relations {
+            relations: Some(names),
+            ..
+        } => relations::parse_relations(names)?,
+        _ => headlab_heads::relations::RELATIONS.to_vec(),
     };
     // The summary's "Reproduce" line starts the lab afresh; a stop request says how to
     // continue it.
@@ -341,6 +382,7 @@ pub fn run(args: LabArgs) -> Result<()> {
     let in_use = InUse::new(&out, mark)?;
     if let LabName::Heads { common, .. }
     | LabName::Syntax { common, .. }
+    | LabName::Relations { common, .. }
     | LabName::Induction { common, .. }
     | LabName::Ambiguity { common, .. }
     | LabName::Symmetry { common, .. } = &args.name
@@ -385,6 +427,14 @@ pub fn run(args: LabArgs) -> Result<()> {
                     .unwrap_or_else(|| syntax::HEAD_COUNTS.to_vec()),
                 seeds.clone().unwrap_or_else(|| syntax::SEEDS.to_vec()),
             )?,
+            LabName::Relations { seeds, heads, .. } => grid(
+                relations::CONFIG,
+                "configs/lab-relations.toml",
+                heads
+                    .clone()
+                    .unwrap_or_else(|| relations::HEAD_COUNTS.to_vec()),
+                seeds.clone().unwrap_or_else(|| relations::SEEDS.to_vec()),
+            )?,
             // Its runs differ in how they start, not in their config: the array's tasks
             // name them, and each trains its start as the lab would.
             LabName::Symmetry { .. } => {
@@ -404,8 +454,8 @@ pub fn run(args: LabArgs) -> Result<()> {
                 }
             }
             _ => bail!(
-                "--launcher slurm trains the runs of lab heads, lab syntax and lab symmetry as \
-                 a job array; lab {name} trains one run, or runs that depend on each other: \
+                "--launcher slurm trains the runs of lab heads, lab syntax, lab relations and \
+                 lab symmetry as a job array; lab {name} trains one run, or runs that depend on each other: \
                  run it here"
             ),
         };
@@ -467,6 +517,13 @@ pub fn run(args: LabArgs) -> Result<()> {
                 .clone()
                 .unwrap_or_else(|| syntax::HEAD_COUNTS.to_vec());
             syntax::run(&out, &sets, seeds, &counts, &reproduce, runs)?
+        }
+        LabName::Relations { seeds, heads, .. } => {
+            let seeds = seeds.clone().unwrap_or_else(|| relations::SEEDS.to_vec());
+            let counts = heads
+                .clone()
+                .unwrap_or_else(|| relations::HEAD_COUNTS.to_vec());
+            relations::run(&out, &sets, seeds, &counts, &chosen, &reproduce, runs)?
         }
         LabName::Ambiguity { .. } => ambiguity::run(&out, &sets, &reproduce, runs)?,
         LabName::Symmetry { .. } => symmetry::run(&out, &sets, &reproduce, runs)?,

@@ -86,7 +86,7 @@ enum Command {
     /// this redraws it, e.g. for a run that was stopped.
     Report(report::ReportArgs),
     /// Rerunnable experiments on head specialisation: induction, heads, ambiguity, symmetry,
-    /// syntax, grokking.
+    /// syntax, relations, grokking.
     Lab(lab::LabArgs),
     /// The same model, seed and batches on several backends, each against an f64 ground truth
     /// (every sublayer, the losses, the gradients) within a bound from f32 rounding, with time

@@ -12,6 +12,9 @@
 //!   attaches to decides the last verb's number.
 //! - [`syntax`]: the default run's word-level model with 1, 2, 4 and 8 heads over seeds:
 //!   which relations find a syntactic head, when it forms and what zeroing it does.
+//! - [`relations`]: models with 1, 2 and 4 heads on the `relations` corpus, where the verb's
+//!   number comes from its subject and its object from the verb: which head holds which
+//!   relation, proven by zeroing each.
 //! - [`grokking`]: a 1-layer model on a + b mod p memorises its training pairs, then
 //!   generalises long after under weight decay, its embedding turning to a few Fourier
 //!   frequencies (Power et al. 2022; Nanda et al. 2023).
@@ -23,6 +26,7 @@ pub mod ambiguity;
 pub mod grokking;
 pub mod head_count;
 pub mod induction;
+pub mod relations;
 pub mod sweep;
 pub mod symmetry;
 pub mod syntax;
@@ -69,6 +73,9 @@ pub enum LabError {
         /// Why.
         source: std::io::Error,
     },
+    /// Measuring a relations run's heads.
+    #[error(transparent)]
+    Relations(#[from] headlab_heads::relations::RelationsError),
     /// Measuring a grammar run's syntactic heads.
     #[error(transparent)]
     Syntax(#[from] headlab_heads::syntax_report::SyntaxReportError),
