@@ -111,15 +111,6 @@ impl RelationProbe {
             object,
         })
     }
-
-    /// Every arc of every sentence, in its own word indices.
-    fn arcs(&self) -> Vec<(usize, Arc)> {
-        self.sentences
-            .iter()
-            .enumerate()
-            .flat_map(|(i, s)| s.arcs().into_iter().map(move |a| (i, a)))
-            .collect()
-    }
 }
 
 /// One forward pass's host copies: logits `[b, t, vocab]` and, when asked, one
@@ -174,13 +165,12 @@ fn passes(
 /// it, the leading "." included), against the best "k words back" rule on the same arcs.
 pub fn relation_scores(model: &Gpt, probe: &RelationProbe, device: &Device) -> Vec<RelationScore> {
     let (n_layers, n_heads) = (model.config.n_layers, model.config.n_heads);
-    let arcs = probe.arcs();
     // Per head and relation: arcs, hits, mass.
     let mut sums = vec![[(0usize, 0usize, 0.0f64); 2]; n_layers * n_heads];
     for pass in passes(model, probe, None, true, device) {
         let t = pass.t;
         for (row, &s) in pass.rows.iter().enumerate() {
-            for (_, arc) in arcs.iter().filter(|(i, _)| *i == s) {
+            for arc in probe.sentences[s].arcs() {
                 let k = RELATIONS
                     .iter()
                     .position(|&r| r == arc.relation)
@@ -200,7 +190,7 @@ pub fn relation_scores(model: &Gpt, probe: &RelationProbe, device: &Device) -> V
             }
         }
     }
-    let word_arcs: Vec<Arc> = arcs.into_iter().map(|(_, a)| a).collect();
+    let word_arcs: Vec<Arc> = probe.sentences.iter().flat_map(|s| s.arcs()).collect();
     let baselines = RELATIONS.map(|r| fixed_offset_baseline(r, &word_arcs, BASELINE_MAX_OFFSET));
     let share = |x: f64, n: usize| if n == 0 { 0.0 } else { x / n as f64 };
     let mut out = Vec::with_capacity(sums.len() * 2);

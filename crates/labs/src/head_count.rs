@@ -19,7 +19,7 @@ use headlab_model::{ForwardOptions, Gpt};
 use headlab_report::{ReportError, report_run};
 use headlab_train::config::RunConfig;
 
-use crate::{LabError, Runs, lab_config, open, train_run, write, write_summary};
+use crate::{LabError, Runs, check_head_counts, lab_config, open, train_run, write, write_summary};
 
 /// The shipped config: 1 layer, d_model 64, 1500 steps on the lookup corpus.
 pub const CONFIG: &str = include_str!("../../../configs/lab-heads.toml");
@@ -235,15 +235,7 @@ pub fn heads(
     let started = Instant::now();
     let (mut counts, mut trained_now) = (Vec::new(), 0);
     for &h in head_counts {
-        if h == 0 || !d_model.is_multiple_of(h) {
-            return Err(LabError::HeadsDoNotDivide {
-                heads: h,
-                d_model,
-                choices: (1..=d_model)
-                    .filter(|k| d_model.is_multiple_of(*k))
-                    .collect(),
-            });
-        }
+        check_head_counts(d_model, &[h])?;
         let mut count = HeadCount {
             n_heads: h,
             d_k: d_model / h,

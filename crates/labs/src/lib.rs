@@ -292,6 +292,23 @@ pub fn lab_config(toml: &str, name: &str, sets: &[String]) -> Result<RunConfig, 
     Ok(config)
 }
 
+/// Every head count of `counts` splits `d_model` into whole heads.
+fn check_head_counts(d_model: usize, counts: &[usize]) -> Result<(), LabError> {
+    match counts
+        .iter()
+        .find(|&&h| h == 0 || !d_model.is_multiple_of(h))
+    {
+        Some(&heads) => Err(LabError::HeadsDoNotDivide {
+            heads,
+            d_model,
+            choices: (1..=d_model)
+                .filter(|k| d_model.is_multiple_of(*k))
+                .collect(),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// A trained run of a lab.
 #[derive(Debug, Clone, Copy)]
 struct RunDone {

@@ -32,7 +32,7 @@ use headlab_report::plot::{Series, Style, line_chart_styled};
 use headlab_report::{report_run, write_head_report};
 use headlab_train::config::RunConfig;
 
-use crate::{LabError, Runs, lab_config, open, train_run, write, write_summary};
+use crate::{LabError, Runs, check_head_counts, lab_config, open, train_run, write, write_summary};
 
 /// The shipped config: the syntax lab's model, 1000 steps on the relations corpus.
 pub const CONFIG: &str = include_str!("../../../configs/lab-relations.toml");
@@ -140,13 +140,10 @@ impl RelationsRun {
 
     /// The most accurate head on `relation` (the first on a tie).
     pub fn best(&self, relation: Relation) -> Option<&RelationScore> {
-        self.scores.iter().filter(|r| r.relation == relation).fold(
-            None,
-            |b: Option<&RelationScore>, r| match b {
-                Some(b) if b.accuracy >= r.accuracy => Some(b),
-                _ => Some(r),
-            },
-        )
+        self.scores
+            .iter()
+            .filter(|r| r.relation == relation)
+            .reduce(|b, r| if r.accuracy > b.accuracy { r } else { b })
     }
 }
 
@@ -230,19 +227,7 @@ pub fn relations_lab(
     dir: &Path,
     runs: Runs<'_>,
 ) -> Result<RelationsLab, LabError> {
-    let d_model = base.model.d_model;
-    if let Some(&h) = head_counts
-        .iter()
-        .find(|&&h| h == 0 || !d_model.is_multiple_of(h))
-    {
-        return Err(LabError::HeadsDoNotDivide {
-            heads: h,
-            d_model,
-            choices: (1..=d_model)
-                .filter(|k| d_model.is_multiple_of(*k))
-                .collect(),
-        });
-    }
+    check_head_counts(base.model.d_model, head_counts)?;
     let empty = |flag: &'static str| LabError::Setting {
         flag,
         value: "(none)".into(),

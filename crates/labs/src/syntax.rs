@@ -37,7 +37,7 @@ use headlab_report::pruning::write_pruning;
 use headlab_report::{report_run, write_head_report};
 use headlab_train::config::RunConfig;
 
-use crate::{LabError, Runs, lab_config, open, train_run, write, write_summary};
+use crate::{LabError, Runs, check_head_counts, lab_config, open, train_run, write, write_summary};
 
 /// The shipped config: the default run's model, 1000 steps.
 pub const CONFIG: &str = include_str!("../../../configs/lab-syntax.toml");
@@ -129,19 +129,7 @@ pub fn syntax_lab(
     dir: &Path,
     runs: Runs<'_>,
 ) -> Result<SyntaxLab, LabError> {
-    let d_model = base.model.d_model;
-    if let Some(&h) = head_counts
-        .iter()
-        .find(|&&h| h == 0 || !d_model.is_multiple_of(h))
-    {
-        return Err(LabError::HeadsDoNotDivide {
-            heads: h,
-            d_model,
-            choices: (1..=d_model)
-                .filter(|k| d_model.is_multiple_of(*k))
-                .collect(),
-        });
-    }
+    check_head_counts(base.model.d_model, head_counts)?;
     let started = Instant::now();
     let total = head_counts.len() * seeds.len();
     let most = head_counts.iter().copied().max().unwrap_or(0);
